@@ -1,0 +1,231 @@
+//! One run of lockrun: take the lock (waiting if asked), run the job under the watchdog,
+//! release, and report how it ended.
+
+use crate::cli::{Args, OnLost};
+use crate::duration::{Human, Wait};
+use crate::exit_codes::ExitCode;
+use crate::lock::redis::RedisLock;
+use crate::lock::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release};
+use crate::signals::{self, Signals};
+use crate::supervisor::{self, Job};
+use crate::watchdog;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+/// Bound on connecting and on each reply: well below the TTL so a dead server is noticed with
+/// time to spare, never the OS's minutes-long TCP default.
+pub fn request_timeout(ttl: Duration) -> Duration {
+    (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(3))
+}
+
+pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
+    let spec = LockSpec {
+        key: args.key.clone(),
+        ttl: args.ttl,
+        limit: args.limit,
+    };
+    let mut lock = match RedisLock::new(&args.redis, request_timeout(args.ttl)) {
+        Ok(lock) => lock,
+        Err(msg) => {
+            error!("{msg}");
+            return ExitCode::Usage;
+        }
+    };
+    let opts = supervisor::Options {
+        group: !args.no_group,
+        reap_all: args.subreaper || std::process::id() == 1,
+        kill_after: args.kill_after,
+    };
+
+    if let Some(token) = reentrant_token(&spec.key) {
+        match lock.is_held_by(&spec, &token).await {
+            Ok(true) => {
+                info!(key = %spec.key, "redis lock already held by this job (reentrant)");
+                let job = match Job::spawn(&args.command, &[], &opts) {
+                    Ok(job) => job,
+                    Err(e) => {
+                        error!("{e}");
+                        return e.exit_code();
+                    }
+                };
+                let pending = std::future::pending::<()>();
+                return supervisor::supervise(job, signals, pending, false, args.kill_after).await;
+            }
+            Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
+            Err(e) => return unavailable(&e),
+        }
+    }
+
+    let holder = Holder::new();
+    let lease = match acquire(&mut lock, &spec, &holder, args.wait, signals).await {
+        Ok(lease) => lease,
+        Err(Failed::Conflict) => return ExitCode::Conflict(args.conflict_exit_code),
+        Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
+        Err(Failed::Code(code)) => return code,
+    };
+    info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
+
+    let env = [
+        ("LOCKRUN_KEY", spec.key.clone()),
+        ("LOCKRUN_TOKEN", holder.token.clone()),
+        ("LOCKRUN_FENCE", lease.fence.to_string()),
+    ];
+    // A signal that arrived while we were acquiring: the job must not start.
+    if let Some(sig) = signals.take_abort() {
+        info!(signal = %signals::name(sig), "interrupted before the command started");
+        release(&mut lock, &spec, &lease, Duration::ZERO).await;
+        return ExitCode::Aborted(sig);
+    }
+    let code = match Job::spawn(&args.command, &env, &opts) {
+        Ok(job) => {
+            let lost = watchdog::run(&mut lock, &spec, &lease);
+            let terminate = args.on_lost == OnLost::Terminate;
+            supervisor::supervise(job, signals, lost, terminate, args.kill_after).await
+        }
+        Err(e) => {
+            error!("{e}");
+            e.exit_code()
+        }
+    };
+    let keep = args.min_hold.saturating_sub(lease.confirmed_at.elapsed());
+    release(&mut lock, &spec, &lease, keep).await;
+    code
+}
+
+/// A nested lockrun of the same key inherits the outer one's key and token.
+fn reentrant_token(key: &str) -> Option<String> {
+    let outer_key = std::env::var("LOCKRUN_KEY").ok()?;
+    let token = std::env::var("LOCKRUN_TOKEN").ok()?;
+    (outer_key == key && !token.is_empty()).then_some(token)
+}
+
+enum Failed {
+    Conflict,
+    Aborted(i32),
+    Code(ExitCode),
+}
+
+fn unavailable(e: &LockError) -> ExitCode {
+    error!("{e}");
+    match e {
+        LockError::Unavailable(_) => ExitCode::Unavailable,
+        LockError::Misuse(_) => ExitCode::Usage,
+    }
+}
+
+/// Tries once, then (with --wait) sleeps until a release hint, the holder's lease end, or the
+/// wait's end, whichever is first, and tries again.
+async fn acquire<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    holder: &Holder,
+    wait: Wait,
+    signals: &mut Signals,
+) -> Result<Lease, Failed> {
+    let deadline = match wait {
+        Wait::For(d) => Some(Instant::now() + d),
+        Wait::Forever => None,
+    };
+    if !wait.is_zero() {
+        // Before the first attempt: a release between our attempt and our sleep is not missed.
+        if let Err(e) = lock.subscribe_wakeups(spec).await {
+            return Err(Failed::Code(unavailable(&e)));
+        }
+    }
+    let mut announced = false;
+    loop {
+        if let Some(sig) = signals.take_abort() {
+            info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
+            return Err(Failed::Aborted(sig));
+        }
+        let attempt = lock.acquire(spec, holder).await;
+        let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let sleep = match attempt {
+            Ok(Acquire::Acquired(lease)) => return Ok(lease),
+            Ok(Acquire::Held { holder: other, pttl }) => {
+                if remaining == Some(Duration::ZERO) {
+                    info!(key = %spec.key, holder = other.as_deref().unwrap_or("?"),
+                          ttl_left = %pttl.map(|d| Human(d).to_string()).unwrap_or_else(|| "none".into()),
+                          "redis lock already acquired");
+                    return Err(Failed::Conflict);
+                }
+                if !announced {
+                    announced = true;
+                    info!(key = %spec.key, holder = other.as_deref().unwrap_or("?"), "redis lock already acquired; waiting");
+                }
+                // Never sleep past the holder's lease end (plus a little jitter so waiters do
+                // not all arrive at once): a holder that died without releasing is noticed then.
+                let bound = pttl.map(|p| p + jitter(Duration::from_millis(10) + p / 50));
+                let cap = Duration::from_secs(1);
+                [bound.unwrap_or(cap), cap, remaining.unwrap_or(cap)]
+                    .into_iter()
+                    .min()
+                    .unwrap_or(cap)
+            }
+            Err(LockError::Unavailable(msg)) if remaining.is_none_or(|r| !r.is_zero()) && wait != Wait::For(Duration::ZERO) => {
+                warn!(error = %msg, "Redis unavailable while waiting for the lock; retrying");
+                remaining.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1))
+            }
+            Err(e) => {
+                // The attempt's outcome may be unknown: if it did take the lock, give it back.
+                if matches!(e, LockError::Unavailable(_)) {
+                    let lease = phantom_lease(spec, holder);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), lock.release(spec, &lease, Duration::ZERO)).await;
+                }
+                return Err(Failed::Code(unavailable(&e)));
+            }
+        };
+        tokio::select! {
+            () = lock.wait_for_release(sleep) => {}
+            r = signals.recv() => {
+                if signals::ABORTING.contains(&r.signo) {
+                    info!(signal = %signals::name(r.signo), "interrupted while waiting for the lock");
+                    return Err(Failed::Aborted(r.signo));
+                }
+            }
+        }
+    }
+}
+
+/// A lease for `holder` whose acquire reply we never saw, for a token-checked cleanup.
+fn phantom_lease(spec: &LockSpec, holder: &Holder) -> Lease {
+    let now = Instant::now();
+    Lease {
+        key: spec.key.clone(),
+        holder: holder.clone(),
+        fence: 0,
+        sent_at: now,
+        confirmed_at: now,
+    }
+}
+
+/// Up to `max` of randomness, from the clock's low bits: good enough to spread waiters apart.
+fn jitter(max: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    let max = max.as_micros().max(1) as u64;
+    Duration::from_micros(u64::from(nanos) % max)
+}
+
+/// Token-checked release; a failure is logged, not fatal: the TTL frees the key.
+async fn release<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease, keep: Duration) {
+    let mut result = lock.release(spec, lease, keep).await;
+    if matches!(result, Err(LockError::Unavailable(_))) {
+        // One retry on a fresh connection: release is safe to repeat (token-checked).
+        result = lock.release(spec, lease, keep).await;
+    }
+    match result {
+        Ok(Release::Deleted) => info!(key = %spec.key, "redis lock released"),
+        Ok(Release::Kept(d)) => {
+            info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept until --min-hold ends)")
+        }
+        Ok(Release::NotOwner) => {
+            warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")
+        }
+        Err(e) => warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL"),
+    }
+}

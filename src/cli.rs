@@ -1,0 +1,207 @@
+//! The command line: `lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...`
+//!
+//! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
+//! systemd unit can configure lockrun without flags. Flags win over the environment.
+
+use crate::duration::{self, Wait};
+use crate::exit_codes::ExitCode;
+use crate::logging::Format;
+use clap::Parser;
+use std::ffi::OsString;
+use std::time::Duration;
+
+/// Shortest lease: below this, one slow round trip or scheduler hiccup loses the lock.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// Longest lease: a crashed holder blocks everyone else for up to one TTL.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnLost {
+    /// Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76.
+    Terminate,
+    /// Log a warning, let the command finish, and exit with its code.
+    Continue,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockrun",
+    version,
+    about = "Run a command under a distributed lock held in Redis: flock(1) across hosts.",
+    after_help = "Exit codes: the command's own; 128+N if it died of signal N; 75 (or -E) lock held \
+elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error; \
+126/127 command not executable / not found."
+)]
+pub struct Args {
+    /// Redis URL: redis://[user:password@]host[:port][/db], or unix:///path/to/redis.sock
+    #[arg(short, long, env = "LOCKRUN_REDIS_URL", default_value = "redis://127.0.0.1:6379",
+          value_name = "URL", hide_env_values = true)]
+    pub redis: String,
+
+    /// Lease length, renewed every TTL/3 while the command runs (500ms, 30s, 5m, 1h; bare number = seconds)
+    #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_ttl)]
+    pub ttl: Duration,
+
+    /// How long to wait for a held lock: 0 = one attempt, or a duration, or `forever`
+    #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
+          value_parser = Wait::parse)]
+    pub wait: Wait,
+
+    /// Exit code when the lock is held elsewhere (0 = skip silently, 1 = like flock)
+    #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
+          value_name = "N")]
+    pub conflict_exit_code: u8,
+
+    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
+          value_parser = duration::parse)]
+    pub kill_after: Duration,
+
+    /// What to do with the command when the lock is lost
+    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION")]
+    pub on_lost: OnLost,
+
+    /// Keep the lock at least this long after acquiring, even if the command finishes sooner
+    #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
+          value_parser = parse_min_hold)]
+    pub min_hold: Duration,
+
+    /// Let up to N holders run at once under KEY (a semaphore)
+    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: Option<u32>,
+
+    /// Signal only the direct child, not its process group
+    #[arg(long, env = "LOCKRUN_NO_GROUP")]
+    pub no_group: bool,
+
+    /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
+    #[arg(long, env = "LOCKRUN_SUBREAPER")]
+    pub subreaper: bool,
+
+    /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// More detail (-vv for trace); otherwise LOCKRUN_LOG is read as a tracing filter
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Log format for lockrun's own lines on stderr
+    #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT")]
+    pub log_format: Format,
+
+    /// Lock name; used as the Redis key exactly as given
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub key: String,
+
+    /// The command to run (executed directly, looked up on PATH, never through a shell)
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true,
+          allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let ttl = duration::parse(s)?;
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(format!(
+            "TTL must be between {} and {}",
+            duration::Human(MIN_TTL),
+            duration::Human(MAX_TTL)
+        ));
+    }
+    Ok(ttl)
+}
+
+fn parse_min_hold(s: &str) -> Result<Duration, String> {
+    let d = duration::parse(s)?;
+    if d > Duration::from_secs(30 * 86_400) {
+        return Err("--min-hold must be at most 30d".into());
+    }
+    Ok(d)
+}
+
+fn parse_key(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("the lock key must not be empty".into());
+    }
+    Ok(s.to_string())
+}
+
+/// Parses the process arguments. Help and version print to stdout; errors print one line to
+/// stderr. Either way the caller gets the exit code to use.
+pub fn parse() -> Result<Args, ExitCode> {
+    parse_from(std::env::args_os())
+}
+
+pub fn parse_from<I, T>(args: I) -> Result<Args, ExitCode>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    match Args::try_parse_from(args) {
+        Ok(args) => Ok(args),
+        Err(e) if !e.use_stderr() => {
+            // --help / --version
+            let _ = e.print();
+            Err(ExitCode::Command(0))
+        }
+        Err(e) => {
+            eprintln!("lockrun: {}", one_line(&e.to_string()));
+            Err(ExitCode::Usage)
+        }
+    }
+}
+
+/// clap's errors span several lines (problem, usage, hint); cron mail and log pipelines want
+/// one. Keep the first paragraph, joined, and point at --help.
+fn one_line(rendered: &str) -> String {
+    let first: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    format!("{} (see 'lockrun --help')", first.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, ExitCode> {
+        parse_from(std::iter::once("lockrun").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn command_after_key_with_and_without_separator() {
+        let a = parse(&["k", "--", "echo", "-n", "hi"]).unwrap();
+        assert_eq!(a.key, "k");
+        assert_eq!(a.command, ["echo", "-n", "hi"]);
+        let a = parse(&["-t", "5s", "k", "ls", "-la"]).unwrap();
+        assert_eq!(a.command, ["ls", "-la"]);
+        assert_eq!(a.ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error() {
+        for args in [
+            &["", "true"][..],
+            &["k"],
+            &["-t", "0", "k", "true"],
+            &["-t", "50ms", "k", "true"],
+            &["-t", "2d", "k", "true"],
+            &["-E", "300", "k", "true"],
+            &["--on-lost", "explode", "k", "true"],
+            &["--limit", "0", "k", "true"],
+        ] {
+            assert_eq!(parse(args).err(), Some(ExitCode::Usage), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn one_line_errors() {
+        let s = one_line("error: the following required arguments were not provided:\n  <COMMAND>...\n\nUsage: x\n");
+        assert_eq!(s, "error: the following required arguments were not provided: <COMMAND>... (see 'lockrun --help')");
+    }
+}

@@ -1,0 +1,386 @@
+//! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
+//! so check-and-act is atomic on the server and costs exactly one round trip.
+
+use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
+use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, Value};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const ACQUIRE: &str = include_str!("acquire.lua");
+const RENEW: &str = include_str!("renew.lua");
+const RELEASE: &str = include_str!("release.lua");
+const SEM_ACQUIRE: &str = include_str!("sem_acquire.lua");
+const SEM_RENEW: &str = include_str!("sem_renew.lua");
+const SEM_RELEASE: &str = include_str!("sem_release.lua");
+const HELD_BY: &str = include_str!("held_by.lua");
+
+pub struct RedisLock {
+    client: Client,
+    config: AsyncConnectionConfig,
+    timeout: Duration,
+    /// The URL with its password replaced, for every message we print.
+    shown: String,
+    secret: Option<String>,
+    /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
+    /// of queueing behind a half-dead socket.
+    conn: Option<MultiplexedConnection>,
+    wake: Option<PubSub>,
+}
+
+impl RedisLock {
+    /// Validates the URL without connecting. `timeout` bounds connecting and every reply.
+    pub fn new(url: &str, timeout: Duration) -> Result<RedisLock, String> {
+        let shown = redact_url(url);
+        let secret = url_password(url);
+        let scrub = |m: String| scrub(&m, secret.as_deref());
+        let info = url
+            .into_connection_info()
+            .map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
+        // CLIENT SETINFO would add a round trip to every run for a label nobody reads.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let client =
+            Client::open(info).map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        Ok(RedisLock {
+            client,
+            config,
+            timeout,
+            shown,
+            secret,
+            conn: None,
+            wake: None,
+        })
+    }
+
+    /// The URL as it may be shown to people (password redacted).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn unavailable(&self, e: &redis::RedisError) -> LockError {
+        LockError::Unavailable(scrub(
+            &format!("Redis at {} unavailable: {e}", self.shown),
+            self.secret.as_deref(),
+        ))
+    }
+
+    async fn connection(&mut self) -> Result<MultiplexedConnection, LockError> {
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
+        }
+        // The outer timeout also covers DNS and AUTH, which the config's timeouts may not.
+        let fut = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config);
+        let conn = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(self.unavailable(&e)),
+            Err(_) => {
+                return Err(LockError::Unavailable(format!(
+                    "Redis at {} unavailable: no connection within {:?}",
+                    self.shown, self.timeout
+                )))
+            }
+        };
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// One `EVAL`. Plain EVAL rather than EVALSHA: the scripts are a few hundred bytes, and a
+    /// short-lived process would otherwise pay NOSCRIPT + SCRIPT LOAD on a fresh server.
+    async fn eval(&mut self, script: &str, keys: &[&str], args: &[&str]) -> Result<Value, LockError> {
+        let mut conn = self.connection().await?;
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
+        match cmd.query_async::<Value>(&mut conn).await {
+            Ok(v) => Ok(v),
+            Err(e) if is_transient(&e) => {
+                self.conn = None;
+                Err(self.unavailable(&e))
+            }
+            Err(e) => Err(LockError::Misuse(scrub(
+                &format!("Redis rejected the lock script: {e}"),
+                self.secret.as_deref(),
+            ))),
+        }
+    }
+}
+
+/// Errors after which the request may or may not have taken effect, and a retry on a fresh
+/// connection is the right move (never "not owner").
+fn is_transient(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("READONLY" | "LOADING" | "MASTERDOWN" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN")
+        )
+}
+
+impl LockService for RedisLock {
+    async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError> {
+        let fut = self.client.get_async_pubsub();
+        let mut pubsub = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return Err(self.unavailable(&e)),
+            Err(_) => {
+                return Err(LockError::Unavailable(format!(
+                    "Redis at {} unavailable: no connection within {:?}",
+                    self.shown, self.timeout
+                )))
+            }
+        };
+        match tokio::time::timeout(self.timeout, pubsub.subscribe(wake_channel(&spec.key))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(self.unavailable(&e)),
+            Err(_) => return Err(LockError::Unavailable("SUBSCRIBE timed out".into())),
+        }
+        self.wake = Some(pubsub);
+        Ok(())
+    }
+
+    async fn acquire(&mut self, spec: &LockSpec, holder: &Holder) -> Result<Acquire, LockError> {
+        let fence = fence_key(&spec.key);
+        let ttl = spec.ttl.as_millis().to_string();
+        let sent_at = Instant::now();
+        let reply = match spec.limit {
+            None => self.eval(ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl]).await?,
+            Some(n) => {
+                let n = n.to_string();
+                self.eval(SEM_ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl, &n])
+                    .await?
+            }
+        };
+        let confirmed_at = Instant::now();
+        let items = match reply {
+            Value::Array(items) => items,
+            other => return Err(unexpected(&other)),
+        };
+        match (items.first(), items.get(1)) {
+            (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
+                key: spec.key.clone(),
+                holder: holder.clone(),
+                fence: *fence as u64,
+                sent_at,
+                confirmed_at,
+            })),
+            (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
+                holder: items.get(2).and_then(as_string),
+                // PTTL is -1 for a key without expiry (set by hand): no bound to sleep by.
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            }),
+            (Some(Value::Int(-1)), Some(kind)) => {
+                let kind = as_string(kind).unwrap_or_default();
+                Err(LockError::Misuse(match (spec.limit, kind.as_str()) {
+                    (None, "zset") => format!(
+                        "key '{}' is a semaphore (used with --limit); use the same --limit for every lockrun on it",
+                        spec.key
+                    ),
+                    (Some(_), "string") => format!(
+                        "key '{}' is a plain lock (used without --limit); a semaphore needs a key of its own",
+                        spec.key
+                    ),
+                    _ => format!(
+                        "key '{}' holds a Redis {kind}, not a lock; choose another key",
+                        spec.key
+                    ),
+                }))
+            }
+            _ => Err(unexpected(&Value::Array(items))),
+        }
+    }
+
+    async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
+        let ttl = spec.ttl.as_millis().to_string();
+        let script = if spec.limit.is_some() { SEM_RENEW } else { RENEW };
+        match self.eval(script, &[&spec.key], &[&lease.holder.value, &ttl]).await? {
+            Value::Int(1) => Ok(Renew::Renewed),
+            Value::Int(0) => Ok(Renew::NotOwner),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn release(
+        &mut self,
+        spec: &LockSpec,
+        lease: &Lease,
+        keep_for: Duration,
+    ) -> Result<Release, LockError> {
+        // Round up: keeping a millisecond too long is harmless, too short is not.
+        let keep = keep_for.as_micros().div_ceil(1000).to_string();
+        let script = if spec.limit.is_some() { SEM_RELEASE } else { RELEASE };
+        let channel = wake_channel(&spec.key);
+        match self
+            .eval(script, &[&spec.key], &[&lease.holder.value, &keep, &channel])
+            .await?
+        {
+            Value::Int(1) => Ok(Release::Deleted),
+            Value::Int(2) => Ok(Release::Kept(keep_for)),
+            Value::Int(0) => Ok(Release::NotOwner),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
+        match self.eval(HELD_BY, &[&spec.key], &[token]).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn wait_for_release(&mut self, max: Duration) {
+        use futures_core::Stream;
+        match self.wake.as_mut() {
+            Some(pubsub) => {
+                let stream = pubsub.on_message();
+                // SAFETY of pinning: the stream is a `&mut` borrow that lives on this stack frame.
+                let mut stream = std::pin::pin!(stream);
+                let next = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx));
+                let _ = tokio::time::timeout(max, next).await;
+            }
+            None => tokio::time::sleep(max).await,
+        }
+    }
+}
+
+fn unexpected(v: &Value) -> LockError {
+    LockError::Misuse(format!("unexpected reply from the lock script: {v:?}"))
+}
+
+fn as_string(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".into()),
+        _ => None,
+    }
+}
+
+/// Where release hints for `key` are published.
+pub fn wake_channel(key: &str) -> String {
+    format!("lockrun:wake:{key}")
+}
+
+/// The fencing counter's key: it must live in the same Redis Cluster hash slot as the lock key,
+/// so both can be touched by one script. A key with a hash tag (`{...}`) keeps it; any other key
+/// becomes the hash tag. (A key containing `}` but no tag cannot be wrapped; it gets a plain
+/// suffix, which is fine on a single server or Sentinel.)
+pub fn fence_key(key: &str) -> String {
+    if has_hash_tag(key) || key.contains('}') {
+        format!("{key}:fence")
+    } else {
+        format!("{{{key}}}:fence")
+    }
+}
+
+fn has_hash_tag(key: &str) -> bool {
+    match key.find('{') {
+        Some(open) => matches!(key[open + 1..].find('}'), Some(len) if len > 0),
+        None => false,
+    }
+}
+
+/// The password in a URL's user-info part, if any (percent-decoding is not needed for
+/// scrubbing: we scrub both forms).
+fn url_password(url: &str) -> Option<String> {
+    let rest = &url[url.find("://")? + 3..];
+    let auth = &rest[..rest.rfind('@')?];
+    let pass = auth.split_once(':').map(|(_, p)| p).unwrap_or(auth);
+    (!pass.is_empty()).then(|| pass.to_string())
+}
+
+/// `redis://user:secret@host` → `redis://user:***@host`; also a lone `redis://secret@host`.
+/// Works on strings that do not parse as URLs, since those are exactly the ones we report.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let user = match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{}{user}{}", &url[..scheme_end], &rest[at..])
+}
+
+/// Replaces any occurrence of the secret in a message (e.g. an error that quotes the URL).
+fn scrub(message: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() => message.replace(s, "***"),
+        _ => message.to_string(),
+    }
+}
+
+impl Holder {
+    /// A fresh holder identity: 128 random bits from the OS, plus who and where we are.
+    pub fn new() -> Holder {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "unknown".into());
+        let value = format!(
+            "{token} host={host} pid={} started={}",
+            std::process::id(),
+            crate::logging::utc_now()
+        );
+        Holder { token, value }
+    }
+}
+
+impl Default for Holder {
+    fn default() -> Self {
+        Holder::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_key_shares_the_slot() {
+        assert_eq!(fence_key("nightly"), "{nightly}:fence");
+        assert_eq!(fence_key("job:{tenant1}:x"), "job:{tenant1}:x:fence");
+        assert_eq!(fence_key("a{}b"), "{a{}b}:fence");
+        assert_eq!(fence_key("a}b"), "a}b:fence");
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact_url("redis://:hunter2@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(redact_url("rediss://secret@h"), "rediss://***@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
+        assert_eq!(redact_url("not a url"), "not a url");
+        assert_eq!(url_password("redis://u:p@ss@h").as_deref(), Some("p@ss"));
+        assert_eq!(url_password("redis://h"), None);
+    }
+
+    #[test]
+    fn bad_urls_never_echo_the_password() {
+        for url in ["ftp://:hunter2@h", "redis://:hunter2@h:notaport", "redis://:hunter2@"] {
+            let err = RedisLock::new(url, Duration::from_secs(1)).err().unwrap();
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn holder_value_starts_with_token() {
+        let h = Holder::new();
+        assert_eq!(h.token.len(), 32);
+        assert!(h.value.starts_with(&format!("{} host=", h.token)));
+        assert_ne!(Holder::new().token, h.token);
+    }
+}

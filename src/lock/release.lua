@@ -1,0 +1,14 @@
+-- Compare-and-delete: only the holder's own value is ever deleted.
+-- KEYS[1] lock key; ARGV[1] our holder value, ARGV[2] ms to keep (--min-hold), ARGV[3] wake channel
+-- Returns 1 deleted | 2 kept for ARGV[2] ms | 0 not ours (nothing touched)
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local keep = tonumber(ARGV[2])
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[1], keep)
+  return 2
+end
+redis.call('DEL', KEYS[1])
+-- A hint for waiters: they still re-check with acquire, so a lost message costs only latency.
+redis.call('PUBLISH', ARGV[3], KEYS[1])
+return 1

@@ -1,0 +1,18 @@
+-- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more).
+-- KEYS[1] semaphore key; ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel
+-- Returns 1 released | 2 kept | 0 not ours
+if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local keep = tonumber(ARGV[2])
+if keep > 0 then
+  redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
+  return 2
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], KEYS[1])
+return 1

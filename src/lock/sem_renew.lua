@@ -1,0 +1,12 @@
+-- Extend our slot of a semaphore; never re-create one that expired or was removed.
+-- KEYS[1] semaphore key; ARGV[1] our holder value, ARGV[2] ttl in ms
+-- Returns 1 renewed | 0 not ours
+if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
+return 1

@@ -1,0 +1,356 @@
+//! Running the command and supervising it until the whole job is gone: process group,
+//! terminal hand-over, signal forwarding, reaping (also as PID 1 or a subreaper), and stopping
+//! it (SIGTERM, then SIGKILL) when lockrun must.
+//!
+//! All reaping happens here, in one place: nothing else in lockrun waits for children (no
+//! tokio `process`, no `std::process::Child::wait`), so a `waitpid(-1)` for adopted orphans can
+//! never steal the command's own exit status.
+
+use crate::exit_codes::ExitCode;
+use crate::signals::{self, Received, Signals};
+use nix::errno::Errno;
+use nix::sys::signal::{self as nsig, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{self, Pid};
+use std::ffi::OsString;
+use std::future::Future;
+use std::io;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+/// How often to look whether a group's remaining members are gone: they are not our children,
+/// so no SIGCHLD tells us.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Run the command in its own process group and signal the whole group.
+    pub group: bool,
+    /// Reap every child we get, adopted orphans included (PID 1 or --subreaper).
+    pub reap_all: bool,
+    pub kill_after: Duration,
+}
+
+#[derive(Debug)]
+pub enum SpawnError {
+    NotFound(String),
+    NotExecutable(String),
+}
+
+impl SpawnError {
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            SpawnError::NotFound(_) => ExitCode::NotFound,
+            SpawnError::NotExecutable(_) => ExitCode::NotExecutable,
+        }
+    }
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::NotFound(m) | SpawnError::NotExecutable(m) => f.write_str(m),
+        }
+    }
+}
+
+/// A running command and, in group mode, its process group.
+pub struct Job {
+    pid: Pid,
+    group: bool,
+    reap_all: bool,
+    /// The terminal we handed to the job's group (and must take back).
+    tty: Option<RawFd>,
+    status: Option<ExitCode>,
+}
+
+/// Makes this process a child subreaper: orphaned descendants are re-parented to us instead of
+/// to init, so we can reap them and so `kill(-pgid)` still reaches them.
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+/// The first of stdin/stdout/stderr that is a terminal whose foreground process group is ours:
+/// then the job must become the foreground group, or it is stopped by SIGTTIN when it reads.
+fn foreground_terminal() -> Option<RawFd> {
+    let ours = unistd::getpgrp();
+    (0..=2).find(|&fd| {
+        // SAFETY: fds 0-2 stay open for the life of the process; the borrow is used at once.
+        let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+        unistd::isatty(bfd).unwrap_or(false) && unistd::tcgetpgrp(bfd) == Ok(ours)
+    })
+}
+
+/// tcsetpgrp from a background group raises SIGTTOU unless it is blocked; block it around the
+/// call. Only async-signal-safe calls: this also runs in the forked child before exec.
+fn give_terminal(fd: RawFd, pgrp: Pid) -> nix::Result<()> {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    nsig::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old))?;
+    // SAFETY: fds 0-2 stay open for the life of the process.
+    let result = unistd::tcsetpgrp(unsafe { BorrowedFd::borrow_raw(fd) }, pgrp);
+    nsig::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None)?;
+    result
+}
+
+impl Job {
+    /// Starts `argv` (PATH lookup, no shell) with inherited stdio and `env` added.
+    ///
+    /// Must be called from the thread that lives as long as lockrun (the main thread): the
+    /// parent-death signal fires when the *thread* that forked exits, not the process.
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)], opts: &Options) -> Result<Job, SpawnError> {
+        let program = argv[0].to_string_lossy().into_owned();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let tty = if opts.group { foreground_terminal() } else { None };
+        if opts.group {
+            // setpgid(0, 0) in the child before exec: the job gets a group of its own, so a
+            // signal to -pgid reaches `sh -c 'a & b & wait'` and everything it starts.
+            cmd.process_group(0);
+        }
+        let parent = unistd::getpid();
+        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+        // system calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                // If lockrun is SIGKILLed, the kernel sends the command SIGTERM, so it does not
+                // run on for long without a lock that nobody renews any more.
+                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
+                // lockrun may have died between fork and prctl; then the signal never comes.
+                if unistd::getppid() != parent {
+                    return Err(io::Error::other("lockrun exited before the command started"));
+                }
+                if let Some(fd) = tty {
+                    // Make the job the terminal's foreground group *before* exec, so its first
+                    // read cannot race us and be stopped with SIGTTIN. Ctrl-C then reaches the
+                    // job directly (and only once: lockrun is no longer in the foreground).
+                    let _ = give_terminal(fd, unistd::getpid());
+                }
+                Ok(())
+            });
+        }
+        // std reports exec failures (ENOENT, EACCES, ENOEXEC) from the child through a pipe,
+        // so by the time this returns the command has really started.
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => SpawnError::NotFound(format!("command not found: {program}")),
+            _ => SpawnError::NotExecutable(format!("cannot execute {program}: {e}")),
+        })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        // The Child handle is dropped without waiting: reaping is ours alone (see `reap`).
+        drop(child);
+        debug!(pid = pid.as_raw(), group = opts.group, "command started");
+        Ok(Job {
+            pid,
+            group: opts.group,
+            reap_all: opts.reap_all,
+            tty,
+            status: None,
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid.as_raw()
+    }
+
+    /// Sends `sig` to the job: the whole process group, or only the direct child.
+    pub fn signal(&self, sig: i32) {
+        // kill(2) with a negative pid targets the process group; the group id is the child's
+        // pid because the child made itself leader with setpgid(0, 0).
+        let target = if self.group { -self.pid.as_raw() } else { self.pid.as_raw() };
+        // SAFETY: plain kill(2); ESRCH (already gone) is the only expected failure.
+        let rc = unsafe { libc::kill(target, sig) };
+        if rc != 0 {
+            debug!(signal = %signals::name(sig), error = %io::Error::last_os_error(), "signal not delivered");
+        }
+    }
+
+    fn forward(&self, r: Received) {
+        // With --no-group the command shares our process group, so a signal from the terminal
+        // (Ctrl-C, Ctrl-\, hangup) already reached it; forwarding would deliver it twice.
+        if !self.group && r.from_kernel {
+            return;
+        }
+        debug!(signal = %signals::name(r.signo), "forwarding signal");
+        self.signal(r.signo);
+    }
+
+    /// Collects exit statuses without blocking. Reaps only the command, or, as PID 1 /
+    /// subreaper, every child (adopted orphans too) so none lingers as a zombie.
+    fn reap(&mut self) {
+        if self.status.is_some() && !self.reap_all {
+            return;
+        }
+        let target = if self.reap_all { Pid::from_raw(-1) } else { self.pid };
+        let mut flags = WaitPidFlag::WNOHANG;
+        if self.tty.is_some() {
+            flags |= WaitPidFlag::WUNTRACED;
+        }
+        loop {
+            match waitpid(target, Some(flags)) {
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    warn!(error = %e, "waitpid failed");
+                    return;
+                }
+                Ok(WaitStatus::Exited(pid, code)) if pid == self.pid => {
+                    self.finished(ExitCode::Command(code as u8))
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == self.pid => {
+                    self.finished(ExitCode::Signaled(sig as i32))
+                }
+                Ok(WaitStatus::Stopped(pid, _)) if pid == self.pid => self.suspend_with_job(),
+                Ok(other) => debug!(status = ?other, "reaped an adopted process"),
+            }
+            if self.status.is_some() && !self.reap_all {
+                return;
+            }
+        }
+    }
+
+    fn finished(&mut self, code: ExitCode) {
+        debug!(code = code.code(), "command exited");
+        self.status = Some(code);
+        self.take_terminal_back();
+    }
+
+    /// The shell gave the terminal to lockrun's group; give it back there before we print or
+    /// exit, so the shell's prompt and line discipline are not left with a dead group.
+    fn take_terminal_back(&mut self) {
+        if let Some(fd) = self.tty.take() {
+            let _ = give_terminal(fd, unistd::getpgrp());
+        }
+    }
+
+    /// Ctrl-Z stopped the job (it is the foreground group). Stop lockrun too, so the shell sees
+    /// its job stopped and prints its prompt; `fg` continues lockrun, which hands the terminal
+    /// back and continues the job. While stopped nothing renews the lock: a stop longer than
+    /// the TTL loses it, and --on-lost applies on resume.
+    fn suspend_with_job(&mut self) {
+        let Some(fd) = self.tty else { return };
+        info!("command stopped; stopping lockrun with it (resume with fg)");
+        let _ = give_terminal(fd, unistd::getpgrp());
+        // SIGSTOP cannot be caught, so this stops every thread of lockrun right here.
+        let _ = nsig::raise(Signal::SIGSTOP);
+        let _ = give_terminal(fd, self.pid);
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Is any process of the job still alive (zombies do not count)?
+    fn alive(&self) -> bool {
+        if self.status.is_none() {
+            return true;
+        }
+        self.group && group_has_live_member(self.pid.as_raw())
+    }
+}
+
+/// True while the process group has a member that is not a zombie. kill(-pgid, 0) answers
+/// "any member at all", but a zombie whose parent never reaps it (a container whose PID 1 does
+/// not reap) would then hold the lock forever; /proc tells the two apart.
+fn group_has_live_member(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    if unsafe { libc::kill(-pgid, 0) } != 0 && Errno::last() == Errno::ESRCH {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses, so parse
+        // from the last ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|s| s.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") && state != Some("X") {
+            return true;
+        }
+    }
+    false
+}
+
+/// Supervises the job until it is gone, forwarding signals and reaping. `lost` resolves if the
+/// lock is lost; then, with `terminate_on_lost`, the job is stopped and the result is 76.
+///
+/// After the command itself exits, leftover members of its group get SIGTERM, then SIGKILL
+/// after `kill_after`; this returns only when none is alive, so the caller releases the lock
+/// only once the whole job is gone. The lock keeps being renewed meanwhile (`lost` is still
+/// polled).
+pub async fn supervise(
+    mut job: Job,
+    signals: &mut Signals,
+    lost: impl Future<Output = ()>,
+    terminate_on_lost: bool,
+    kill_after: Duration,
+) -> ExitCode {
+    let mut lost = std::pin::pin!(lost);
+    let mut lost_seen = false;
+    let mut terminated_for_loss = false;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let stop = |job: &Job, kill_at: &mut Option<Instant>| {
+        if kill_at.is_none() {
+            job.signal(libc::SIGTERM);
+            *kill_at = Some(Instant::now() + kill_after);
+        }
+    };
+    loop {
+        job.reap();
+        if !job.alive() {
+            break;
+        }
+        if job.status.is_some() && kill_at.is_none() {
+            info!(pgid = job.pid(), "command exited but its process group lives on; sending SIGTERM");
+            stop(&job, &mut kill_at);
+        }
+        if let Some(at) = kill_at {
+            if !killed && Instant::now() >= at {
+                warn!(after = %crate::duration::Human(kill_after), "job still running after SIGTERM; sending SIGKILL");
+                job.signal(libc::SIGKILL);
+                killed = true;
+            }
+        }
+        let polling = job.status.is_some() || kill_at.is_some();
+        tokio::select! {
+            r = signals.recv() => {
+                if r.signo != libc::SIGCHLD {
+                    job.forward(r);
+                }
+            }
+            () = &mut lost, if !lost_seen => {
+                lost_seen = true;
+                if terminate_on_lost {
+                    terminated_for_loss = true;
+                    stop(&job, &mut kill_at);
+                } else {
+                    warn!("--on-lost continue: the command keeps running without the lock");
+                }
+            }
+            () = tokio::time::sleep(GROUP_POLL), if polling => {}
+        }
+    }
+    job.take_terminal_back();
+    if terminated_for_loss {
+        ExitCode::LockLost
+    } else {
+        job.status.unwrap_or(ExitCode::Internal)
+    }
+}
