@@ -40,12 +40,12 @@ pub struct Args {
 
     /// Lease length, renewed every TTL/3 while the command runs (500ms, 30s, 5m, 1h; bare number = seconds)
     #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
-          value_parser = parse_ttl)]
+          value_parser = parse_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// How long to wait for a held lock: 0 = one attempt, or a duration, or `forever`
     #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
-          value_parser = Wait::parse)]
+          value_parser = Wait::parse, allow_hyphen_values = true)]
     pub wait: Wait,
 
     /// Exit code when the lock is held elsewhere (0 = skip silently, 1 = like flock)
@@ -55,7 +55,7 @@ pub struct Args {
 
     /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command
     #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
-          value_parser = duration::parse)]
+          value_parser = duration::parse, allow_hyphen_values = true)]
     pub kill_after: Duration,
 
     /// What to do with the command when the lock is lost
@@ -64,7 +64,7 @@ pub struct Args {
 
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
     #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
-          value_parser = parse_min_hold)]
+          value_parser = parse_min_hold, allow_hyphen_values = true)]
     pub min_hold: Duration,
 
     /// Let up to N holders run at once under KEY (a semaphore)

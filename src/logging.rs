@@ -24,7 +24,7 @@ pub fn init(quiet: bool, verbose: u8, env_filter: Option<&str>, format: Format) 
         }
     };
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| QuietStderr)
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false);
@@ -35,6 +35,21 @@ pub fn init(quiet: bool, verbose: u8, env_filter: Option<&str>, format: Format) 
         Format::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
     };
     result.map_err(|e| format!("cannot initialise logging: {e}"))
+}
+
+/// stderr that swallows write errors: a closed or full log pipe (cron's mailer gone, a
+/// collector restarted) must never stop lockrun from supervising the job and releasing the lock.
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The current UTC time as `2026-11-21T23:40:00Z`, for the holder value an operator reads.

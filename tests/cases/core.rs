@@ -1,0 +1,381 @@
+//! The core contract: mutual exclusion, exit codes, renewal, loss, release, bad input.
+
+use crate::support::*;
+use std::process::Stdio;
+use std::thread;
+use std::time::Duration;
+
+#[test]
+fn exactly_one_of_several_simultaneous_runs_the_command() {
+    let redis = Redis::start();
+    let marker = redis.dir.path().join("ran");
+    let children: Vec<_> = (0..5)
+        .map(|_| {
+            let mut cmd = lockrun(&redis);
+            cmd.args(["nightly-report", "--", "sh", "-c"])
+                .arg(format!("echo ran >> '{}'; sleep 2", marker.display()))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = children.into_iter().map(wait_output).collect();
+    assert_eq!(lines(&marker).len(), 1, "exactly one instance ran the job");
+    let winners: Vec<_> = outputs.iter().filter(|o| o.status.code() == Some(0)).collect();
+    assert_eq!(winners.len(), 1);
+    assert!(stderr_of(winners[0]).contains("redis lock acquired, starting job"));
+    assert!(stderr_of(winners[0]).contains("redis lock released"));
+    let losers: Vec<_> = outputs.iter().filter(|o| o.status.code() == Some(75)).collect();
+    assert_eq!(losers.len(), 4, "the others exit 75");
+    for o in losers {
+        assert!(stderr_of(o).contains("redis lock already acquired"), "{}", stderr_of(o));
+    }
+    assert!(!redis.exists("nightly-report"), "the key is gone after the run");
+}
+
+#[test]
+fn exit_codes_pass_through() {
+    let redis = Redis::start();
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 42", 42),
+        ("kill -KILL $$", 128 + 9),
+        ("kill -TERM $$", 128 + 15),
+    ] {
+        let mut cmd = lockrun(&redis);
+        cmd.args(["k", "--", "sh", "-c", script]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(code), "{script}: {}", stderr_of(&out));
+        assert!(!redis.exists("k"), "released after {script}");
+    }
+}
+
+#[test]
+fn stdout_belongs_to_the_command() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["k", "echo", "-n", "hello"]);
+    let out = run(cmd);
+    assert_eq!(stdout_of(&out), "hello");
+    assert!(stderr_of(&out).contains("redis lock acquired, starting job"));
+}
+
+#[test]
+fn command_not_found_or_not_executable_releases_the_lock() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["k", "--", "definitely-not-a-command-xyz"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr_of(&out).contains("command not found: definitely-not-a-command-xyz"));
+    assert!(stderr_of(&out).contains("redis lock released"));
+    assert!(!redis.exists("k"));
+
+    let script = redis.dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("k").arg(&script);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr_of(&out));
+    assert!(!redis.exists("k"));
+}
+
+#[test]
+fn environment_names_key_token_and_fence() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["env-key", "--", "sh", "-c", "echo $LOCKRUN_KEY $LOCKRUN_TOKEN $LOCKRUN_FENCE; redis_value=1"]);
+    let out = run(cmd);
+    let stdout = stdout_of(&out);
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{stdout}");
+    assert_eq!(fields[0], "env-key");
+    assert_eq!(fields[1].len(), 32, "128-bit token in hex");
+    assert!(fields[1].chars().all(|c| c.is_ascii_hexdigit()));
+    assert!(fields[2].parse::<u64>().unwrap() >= 1);
+}
+
+#[test]
+fn the_key_tells_an_operator_who_holds_it() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["held", "--", "sleep", "3"]).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for_line(&mut child, "redis lock acquired");
+    let value: String = redis.cmd(&["GET", "held"]);
+    assert!(value.contains(&format!("pid={}", child.id())), "{value}");
+    assert!(value.contains(" host=") && value.contains(" started="), "{value}");
+    let pttl: i64 = redis.cmd(&["PTTL", "held"]);
+    assert!(pttl > 0 && pttl <= 30_000, "default TTL 30s, got {pttl}");
+    kill(child.id(), libc::SIGTERM);
+    wait_timeout(&mut child, PATIENCE).unwrap();
+}
+
+#[test]
+fn fence_strictly_increases_across_runs() {
+    let redis = Redis::start();
+    let mut fences = Vec::new();
+    for _ in 0..4 {
+        let mut cmd = lockrun(&redis);
+        cmd.args(["fenced", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
+        let out = run(cmd);
+        fences.push(stdout_of(&out).trim().parse::<u64>().unwrap());
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    // The counter never expires and shares the key's cluster slot.
+    assert_eq!(redis.cmd::<i64>(&["TTL", "{fenced}:fence"]), -1);
+}
+
+#[test]
+fn a_command_running_three_ttls_keeps_the_lock_throughout() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "1s", "long", "--", "sleep", "3.5"]).stderr(Stdio::piped());
+    let mut holder = cmd.spawn().unwrap();
+    wait_for_line(&mut holder, "redis lock acquired");
+    let value: String = redis.cmd(&["GET", "long"]);
+    // Sample over three TTLs: the key must never vanish or change hands, and a rival must
+    // always be refused.
+    for _ in 0..6 {
+        thread::sleep(Duration::from_millis(500));
+        if holder.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert_eq!(redis.cmd::<Option<String>>(&["GET", "long"]).as_deref(), Some(value.as_str()));
+        let mut rival = lockrun(&redis);
+        rival.args(["long", "true"]);
+        assert_eq!(run(rival).status.code(), Some(75));
+    }
+    let status = wait_timeout(&mut holder, PATIENCE).unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!redis.exists("long"));
+}
+
+#[test]
+fn a_lock_taken_over_is_lost_the_command_stopped_and_the_intruder_kept() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "600ms", "--kill-after", "5s", "stolen", "--", "sleep", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    redis.cmd::<()>(&["SET", "stolen", "intruder", "PX", "60000"]);
+    let status = wait_timeout(&mut child, PATIENCE).expect("lockrun stops after losing the lock");
+    assert_eq!(status.code(), Some(76), "{}", lines.rest());
+    assert_eq!(redis.cmd::<String>(&["GET", "stolen"]), "intruder", "never delete another's lock");
+}
+
+#[test]
+fn lock_lost_logs_the_phrase_and_on_lost_continue_keeps_running() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "300ms", "--on-lost", "continue", "cont", "--", "sh", "-c"])
+        .arg("sleep 1.5; exit 5");
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    redis.cmd::<i64>(&["DEL", "cont"]);
+    let lost = lines.wait_for("redis lock lost");
+    assert!(lost.contains("ERROR"), "{lost}");
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(status.code(), Some(5), "continue: the command's own code");
+}
+
+#[test]
+fn sigterm_reaches_the_command_and_its_code_passes_through() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    let ready = redis.dir.path().join("ready");
+    cmd.args(["term", "--", "sh", "-c"])
+        .arg(format!("trap 'exit 7' TERM; touch '{}'; while :; do sleep 0.05; done", ready.display()));
+    let mut child = cmd.spawn().unwrap();
+    wait_for_file(&ready);
+    kill(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(status.code(), Some(7));
+    assert!(!redis.exists("term"));
+}
+
+#[test]
+fn sigkill_of_lockrun_leaves_a_key_that_expires_by_its_ttl() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "1s", "orphan", "--", "sleep", "30"]).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for_line(&mut child, "redis lock acquired");
+    kill(child.id(), libc::SIGKILL);
+    wait_timeout(&mut child, PATIENCE).unwrap();
+    let pttl: i64 = redis.cmd(&["PTTL", "orphan"]);
+    assert!(pttl > 0 && pttl <= 1000, "still held, expiring: {pttl}");
+    eventually("the key to expire", || !redis.exists("orphan"));
+}
+
+#[test]
+fn min_hold_keeps_the_key_after_a_short_command() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--min-hold", "20s", "tick", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stderr_of(&out).contains("redis lock released"));
+    let pttl: i64 = redis.cmd(&["PTTL", "tick"]);
+    assert!(pttl > 10_000 && pttl <= 20_000, "kept for the rest of --min-hold: {pttl}");
+    let mut rival = lockrun(&redis);
+    rival.args(["tick", "true"]);
+    assert_eq!(run(rival).status.code(), Some(75), "the same tick does not run twice");
+
+    // A command that outlives --min-hold is released normally.
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--min-hold", "100ms", "tock", "sleep", "0.3"]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+    assert!(!redis.exists("tock"));
+}
+
+#[test]
+fn conflict_exit_code_and_quiet() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "busy", "someone-else", "PX", "60000"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-q", "-E", "0", "busy", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stderr_of(&out), "", "-q -E 0 is fully silent on conflict");
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-E", "1", "busy", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("someone-else"), "names the holder");
+    assert_eq!(redis.cmd::<String>(&["GET", "busy"]), "someone-else");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--log-format", "json", "j", "true"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert!(err.lines().count() >= 2);
+    for line in err.lines() {
+        assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+        assert!(line.contains("\"message\":"), "{line}");
+    }
+    assert!(err.contains("\"message\":\"redis lock acquired, starting job\""));
+}
+
+#[test]
+fn options_read_the_environment() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "envkey", "x", "PX", "60000"]);
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_REDIS_URL", redis.url())
+        .env("LOCKRUN_CONFLICT_EXIT_CODE", "9")
+        .env("LOCKRUN_LOG_FORMAT", "json")
+        .args(["envkey", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(9));
+    assert!(stderr_of(&out).starts_with('{'));
+}
+
+/// Each bad input: the documented code, one line on stderr, no panic.
+fn assert_usage_error(args: &[&str], code: i32, needle: &str) {
+    let mut cmd = bare_lockrun();
+    cmd.args(args);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: one line, got {err:?}");
+    assert!(err.contains(needle), "{args:?}: {err:?} should mention {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_64() {
+    let url = "redis://127.0.0.1:1";
+    assert_usage_error(&["-r", url, "", "true"], 64, "key must not be empty");
+    assert_usage_error(&["-r", url, "k"], 64, "<COMMAND>");
+    assert_usage_error(&["-r", url], 64, "<KEY>");
+    for ttl in ["0", "-5", "abc", "10x", "50ms", "400d"] {
+        assert_usage_error(&["-r", url, "--ttl", ttl, "k", "true"], 64, "--ttl");
+    }
+    assert_usage_error(&["-r", url, "-E", "300", "k", "true"], 64, "300");
+    assert_usage_error(&["-r", url, "--bogus", "k", "true"], 64, "--bogus");
+    assert_usage_error(&["-r", "http://:pw@host", "k", "true"], 64, "invalid Redis URL");
+    assert_usage_error(&["-r", "not a url", "k", "true"], 64, "invalid Redis URL");
+    assert_usage_error(&["-r", "redis://:pw@h:99999", "k", "true"], 64, "invalid Redis URL");
+    assert_usage_error(&["--wait", "soon", "k", "true"], 64, "--wait");
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    for flag in ["--help", "--version"] {
+        let mut cmd = bare_lockrun();
+        cmd.arg(flag);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(!out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn unreachable_redis_exits_69_quickly() {
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &format!("redis://127.0.0.1:{}", free_port()), "k", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert_eq!(stderr_of(&out).trim_end().lines().count(), 1);
+}
+
+#[test]
+fn a_server_that_never_answers_times_out_well_below_the_ttl() {
+    // Accepts connections and never replies: without our own timeouts this would hang for
+    // the OS's TCP defaults. Bounded by PATIENCE in `run`; the real bound is TTL/3.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _keep = thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().take(4).flatten() {
+            held.push(s);
+        }
+        thread::sleep(PATIENCE);
+    });
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &format!("redis://127.0.0.1:{port}"), "-t", "1s", "k", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+}
+
+#[test]
+fn wrong_password_exits_69_and_never_prints_it() {
+    let redis = Redis::start_with_password("correct-horse");
+    let port = redis.port.unwrap();
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &format!("redis://:wrong-battery@127.0.0.1:{port}"), "-v", "k", "true"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(!err.contains("wrong-battery"), "password leaked: {err}");
+    assert!(err.contains("***"), "{err}");
+
+    // And the right one works, over TCP with a password, without printing it either.
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &redis.url(), "-vv", "k", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(!stderr_of(&out).contains("correct-horse"));
+}
+
+#[test]
+fn a_closed_stderr_does_not_stop_lockrun_from_releasing() {
+    // cron's mailer or a log collector going away must not turn into a panic that leaves the
+    // key behind.
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["closed", "--", "sleep", "0.5"]).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let lines = wait_for_line(&mut child, "redis lock acquired");
+    drop(lines); // closes our end of lockrun's stderr
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!redis.exists("closed"));
+}

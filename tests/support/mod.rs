@@ -1,0 +1,340 @@
+//! Test harness: throwaway `redis-server` processes and helpers to run the real binary.
+//!
+//! Servers listen on a unix socket in a temporary directory (no port clashes between parallel
+//! tests), with persistence off, and are killed when dropped. The binary comes from
+//! `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the test fails and says how to get
+//! one: a lock test that silently skips proves nothing.
+
+#![allow(dead_code)] // Each test module uses a different subset.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Generous bound for anything a test waits on: the machines are shared and slow at times.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+pub fn redis_server_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("LOCKRUN_TEST_REDIS_SERVER") {
+            return PathBuf::from(p);
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|d| d.join("redis-server"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "redis-server not found on PATH. The tests need a real Redis: install it \
+                     (Debian/Ubuntu: `sudo apt-get install -y redis-server`, macOS: `brew install redis`) \
+                     or point LOCKRUN_TEST_REDIS_SERVER at a redis-server binary. \
+                     `bash .ci/run` installs it for you."
+                )
+            })
+    })
+    .clone()
+}
+
+pub struct Redis {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub port: Option<u16>,
+    pub password: Option<String>,
+}
+
+impl Redis {
+    /// A server on a unix socket only.
+    pub fn start() -> Redis {
+        Redis::launch(false, None)
+    }
+
+    /// A server on a unix socket and a free loopback TCP port.
+    pub fn start_tcp() -> Redis {
+        Redis::launch(true, None)
+    }
+
+    pub fn start_with_password(password: &str) -> Redis {
+        Redis::launch(true, Some(password))
+    }
+
+    fn launch(tcp: bool, password: Option<&str>) -> Redis {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("redis.sock");
+        let port = if tcp { Some(free_port()) } else { None };
+        let mut cmd = Command::new(redis_server_binary());
+        cmd.arg("--port")
+            .arg(port.unwrap_or(0).to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&socket)
+            .args(["--unixsocketperm", "700", "--dir"])
+            .arg(dir.path())
+            .args(["--logfile", "redis.log", "--daemonize", "no"]);
+        if let Some(p) = password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", redis_server_binary().display()));
+        let redis = Redis {
+            child,
+            dir,
+            socket,
+            port,
+            password: password.map(str::to_string),
+        };
+        redis.wait_ready();
+        redis
+    }
+
+    fn wait_ready(&self) {
+        let start = Instant::now();
+        while start.elapsed() < PATIENCE {
+            if let Ok(mut c) = self.client().get_connection() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        panic!("redis-server did not become ready; its log:\n{log}");
+    }
+
+    /// The URL lockrun is given.
+    pub fn url(&self) -> String {
+        match (self.port, &self.password) {
+            (Some(port), Some(pw)) => format!("redis://:{pw}@127.0.0.1:{port}"),
+            (Some(port), None) => format!("redis://127.0.0.1:{port}"),
+            _ => format!("unix://{}", self.socket.display()),
+        }
+    }
+
+    pub fn client(&self) -> redis::Client {
+        let url = match &self.password {
+            Some(pw) => format!("redis+unix://{}?pass={pw}", self.socket.display()),
+            None => format!("unix://{}", self.socket.display()),
+        };
+        redis::Client::open(url).expect("client")
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect to test redis")
+    }
+
+    /// Runs one command and returns its reply.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    pub fn exists(&self, key: &str) -> bool {
+        self.cmd::<i64>(&["EXISTS", key]) == 1
+    }
+
+    /// `INFO commandstats` as (command, calls) pairs.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+pub fn lockrun_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_lockrun"))
+}
+
+/// `lockrun -r <url>` with a clean environment: no LOCKRUN_* leaks in from whatever runs the
+/// tests (which might itself run under lockrun).
+pub fn lockrun(redis: &Redis) -> Command {
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r").arg(redis.url());
+    cmd
+}
+
+pub fn bare_lockrun() -> Command {
+    let mut cmd = Command::new(lockrun_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LOCKRUN_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Runs to completion (bounded by PATIENCE, then killed and failed) and captures output.
+pub fn run(mut cmd: Command) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn lockrun");
+    wait_output(child)
+}
+
+pub fn wait_output(mut child: Child) -> Output {
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let out_t = thread::spawn(move || read_all(out.as_mut()));
+    let err_t = thread::spawn(move || read_all(err.as_mut()));
+    let status = wait_timeout(&mut child, PATIENCE).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("process did not finish within {PATIENCE:?}");
+    });
+    Output {
+        status,
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    }
+}
+
+fn read_all<R: Read>(r: Option<&mut R>) -> Vec<u8> {
+    let mut v = Vec::new();
+    if let Some(r) = r {
+        let _ = r.read_to_end(&mut v);
+    }
+    v
+}
+
+pub fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return Some(s);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Polls `cond` until it holds or PATIENCE runs out.
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < PATIENCE {
+        if cond() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+pub fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A child's stderr, read line by line on a thread, so a test can wait for a log line without
+/// sleeping blindly (and the child never blocks on a full pipe).
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn of(child: &mut Child) -> Lines {
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// Waits until a line containing `needle` arrives; returns it.
+    pub fn wait_for(&mut self, needle: &str) -> String {
+        let start = Instant::now();
+        if let Some(l) = self.seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        while start.elapsed() < PATIENCE {
+            match self.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("never saw {needle:?}; stderr so far: {:#?}", self.seen);
+    }
+
+    /// Everything until the child closes stderr.
+    pub fn rest(&mut self) -> String {
+        while let Ok(line) = self.rx.recv_timeout(PATIENCE) {
+            self.seen.push(line);
+        }
+        self.seen.join("\n")
+    }
+}
+
+/// Shorthand: start reading `child`'s stderr and wait for `needle`.
+pub fn wait_for_line(child: &mut Child, needle: &str) -> Lines {
+    let mut lines = Lines::of(child);
+    lines.wait_for(needle);
+    lines
+}
+
+/// Waits for a file to exist (a command's way of saying "my traps are set").
+pub fn wait_for_file(path: &Path) {
+    eventually(&format!("{} to exist", path.display()), || path.exists());
+}
+
+/// A file in `dir` the test's commands append to; returns its lines.
+pub fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn kill(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) on a pid this test started.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
