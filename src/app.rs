@@ -143,7 +143,10 @@ async fn acquire<L: LockService>(
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let sleep = match attempt {
             Ok(Acquire::Acquired(lease)) => return Ok(lease),
-            Ok(Acquire::Held { holder: other, pttl }) => {
+            Ok(Acquire::Held {
+                holder: other,
+                pttl,
+            }) => {
                 if remaining == Some(Duration::ZERO) {
                     info!(key = %spec.key, holder = other.as_deref().unwrap_or("?"),
                           ttl_left = %pttl.map(|d| Human(d).to_string()).unwrap_or_else(|| "none".into()),
@@ -163,15 +166,23 @@ async fn acquire<L: LockService>(
                     .min()
                     .unwrap_or(cap)
             }
-            Err(LockError::Unavailable(msg)) if remaining.is_none_or(|r| !r.is_zero()) && wait != Wait::For(Duration::ZERO) => {
+            Err(LockError::Unavailable(msg))
+                if remaining.is_none_or(|r| !r.is_zero()) && wait != Wait::For(Duration::ZERO) =>
+            {
                 warn!(error = %msg, "Redis unavailable while waiting for the lock; retrying");
-                remaining.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1))
+                remaining
+                    .unwrap_or(Duration::from_secs(1))
+                    .min(Duration::from_secs(1))
             }
             Err(e) => {
                 // The attempt's outcome may be unknown: if it did take the lock, give it back.
                 if matches!(e, LockError::Unavailable(_)) {
                     let lease = phantom_lease(spec, holder);
-                    let _ = tokio::time::timeout(Duration::from_secs(1), lock.release(spec, &lease, Duration::ZERO)).await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        lock.release(spec, &lease, Duration::ZERO),
+                    )
+                    .await;
                 }
                 return Err(Failed::Code(unavailable(&e)));
             }
@@ -226,6 +237,8 @@ async fn release<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease, k
         Ok(Release::NotOwner) => {
             warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")
         }
-        Err(e) => warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL"),
+        Err(e) => {
+            warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL")
+        }
     }
 }

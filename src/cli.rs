@@ -27,6 +27,7 @@ pub enum OnLost {
 #[command(
     name = "lockrun",
     version,
+    override_usage = "lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...",
     about = "Run a command under a distributed lock held in Redis: flock(1) across hosts.",
     after_help = "Exit codes: the command's own; 128+N if it died of signal N; 75 (or -E) lock held \
 elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error; \
@@ -34,8 +35,14 @@ elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error
 )]
 pub struct Args {
     /// Redis URL: redis://[user:password@]host[:port][/db], or unix:///path/to/redis.sock
-    #[arg(short, long, env = "LOCKRUN_REDIS_URL", default_value = "redis://127.0.0.1:6379",
-          value_name = "URL", hide_env_values = true)]
+    #[arg(
+        short,
+        long,
+        env = "LOCKRUN_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub redis: String,
 
     /// Lease length, renewed every TTL/3 while the command runs (500ms, 30s, 5m, 1h; bare number = seconds)

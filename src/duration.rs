@@ -104,7 +104,18 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "abc", "-5", "10x", "s", "1..2s", "1e3", "5 parsecs", "NaN", "+3s"] {
+        for bad in [
+            "",
+            "abc",
+            "-5",
+            "10x",
+            "s",
+            "1..2s",
+            "1e3",
+            "5 parsecs",
+            "NaN",
+            "+3s",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} should be rejected");
         }
         assert!(parse("99999999999999h").unwrap_err().contains("too large"));

@@ -3,8 +3,8 @@
 //! The numbers follow sysexits(3) where one fits, so scripts and cron wrappers can tell
 //! "did not run because someone else holds the lock" from "ran and failed".
 
-use std::process::ExitStatus;
 use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 /// Default code when the lock is held elsewhere (EX_TEMPFAIL: try again later).
 pub const DEFAULT_CONFLICT: u8 = 75;
@@ -85,10 +85,25 @@ mod tests {
     fn wait_status_mapping() {
         // Raw wait statuses as the kernel encodes them: exit code in the second byte,
         // terminating signal in the low seven bits.
-        assert_eq!(ExitCode::from_status(ExitStatus::from_raw(0)), ExitCode::Command(0));
-        assert_eq!(ExitCode::from_status(ExitStatus::from_raw(42 << 8)), ExitCode::Command(42));
-        assert_eq!(ExitCode::from_status(ExitStatus::from_raw(255 << 8)), ExitCode::Command(255));
-        assert_eq!(ExitCode::from_status(ExitStatus::from_raw(9)), ExitCode::Signaled(9));
-        assert_eq!(ExitCode::from_status(ExitStatus::from_raw(15 | 0x80)), ExitCode::Signaled(15));
+        assert_eq!(
+            ExitCode::from_status(ExitStatus::from_raw(0)),
+            ExitCode::Command(0)
+        );
+        assert_eq!(
+            ExitCode::from_status(ExitStatus::from_raw(42 << 8)),
+            ExitCode::Command(42)
+        );
+        assert_eq!(
+            ExitCode::from_status(ExitStatus::from_raw(255 << 8)),
+            ExitCode::Command(255)
+        );
+        assert_eq!(
+            ExitCode::from_status(ExitStatus::from_raw(9)),
+            ExitCode::Signaled(9)
+        );
+        assert_eq!(
+            ExitCode::from_status(ExitStatus::from_raw(15 | 0x80)),
+            ExitCode::Signaled(15)
+        );
     }
 }

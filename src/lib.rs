@@ -33,7 +33,12 @@ fn run() -> ExitCode {
         Err(code) => return code,
     };
     let env_filter = std::env::var("LOCKRUN_LOG").ok();
-    if let Err(msg) = logging::init(args.quiet, args.verbose, env_filter.as_deref(), args.log_format) {
+    if let Err(msg) = logging::init(
+        args.quiet,
+        args.verbose,
+        env_filter.as_deref(),
+        args.log_format,
+    ) {
         eprintln!("lockrun: error: {msg}");
         return ExitCode::Usage;
     }

@@ -10,11 +10,20 @@ pub enum Format {
 }
 
 /// `-q` wins, then `-v`, then `LOCKRUN_LOG` (a tracing filter such as `debug`), then `info`.
-pub fn init(quiet: bool, verbose: u8, env_filter: Option<&str>, format: Format) -> Result<(), String> {
+pub fn init(
+    quiet: bool,
+    verbose: u8,
+    env_filter: Option<&str>,
+    format: Format,
+) -> Result<(), String> {
     let filter = if quiet {
         EnvFilter::default().add_directive(LevelFilter::ERROR.into())
     } else if verbose > 0 {
-        let level = if verbose == 1 { LevelFilter::DEBUG } else { LevelFilter::TRACE };
+        let level = if verbose == 1 {
+            LevelFilter::DEBUG
+        } else {
+            LevelFilter::TRACE
+        };
         EnvFilter::default().add_directive(level.into())
     } else {
         match env_filter.map(str::trim).filter(|s| !s.is_empty()) {
@@ -32,7 +41,11 @@ pub fn init(quiet: bool, verbose: u8, env_filter: Option<&str>, format: Format) 
         Format::Text => builder.try_init(),
         // One object per line with the message and fields at the top level, which is what
         // Kubernetes log pipelines (fluent-bit, vector, Loki) index without extra parsing.
-        Format::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        Format::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
     };
     result.map_err(|e| format!("cannot initialise logging: {e}"))
 }

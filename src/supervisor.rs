@@ -103,14 +103,22 @@ impl Job {
     ///
     /// Must be called from the thread that lives as long as lockrun (the main thread): the
     /// parent-death signal fires when the *thread* that forked exits, not the process.
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)], opts: &Options) -> Result<Job, SpawnError> {
+    pub fn spawn(
+        argv: &[OsString],
+        env: &[(&str, String)],
+        opts: &Options,
+    ) -> Result<Job, SpawnError> {
         let program = argv[0].to_string_lossy().into_owned();
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let tty = if opts.group { foreground_terminal() } else { None };
+        let tty = if opts.group {
+            foreground_terminal()
+        } else {
+            None
+        };
         if opts.group {
             // setpgid(0, 0) in the child before exec: the job gets a group of its own, so a
             // signal to -pgid reaches `sh -c 'a & b & wait'` and everything it starts.
@@ -126,7 +134,9 @@ impl Job {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
                 // lockrun may have died between fork and prctl; then the signal never comes.
                 if unistd::getppid() != parent {
-                    return Err(io::Error::other("lockrun exited before the command started"));
+                    return Err(io::Error::other(
+                        "lockrun exited before the command started",
+                    ));
                 }
                 if let Some(fd) = tty {
                     // Make the job the terminal's foreground group *before* exec, so its first
@@ -140,7 +150,9 @@ impl Job {
         // std reports exec failures (ENOENT, EACCES, ENOEXEC) from the child through a pipe,
         // so by the time this returns the command has really started.
         let child = cmd.spawn().map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => SpawnError::NotFound(format!("command not found: {program}")),
+            io::ErrorKind::NotFound => {
+                SpawnError::NotFound(format!("command not found: {program}"))
+            }
             _ => SpawnError::NotExecutable(format!("cannot execute {program}: {e}")),
         })?;
         let pid = Pid::from_raw(child.id() as i32);
@@ -164,7 +176,11 @@ impl Job {
     pub fn signal(&self, sig: i32) {
         // kill(2) with a negative pid targets the process group; the group id is the child's
         // pid because the child made itself leader with setpgid(0, 0).
-        let target = if self.group { -self.pid.as_raw() } else { self.pid.as_raw() };
+        let target = if self.group {
+            -self.pid.as_raw()
+        } else {
+            self.pid.as_raw()
+        };
         // SAFETY: plain kill(2); ESRCH (already gone) is the only expected failure.
         let rc = unsafe { libc::kill(target, sig) };
         if rc != 0 {
@@ -188,7 +204,11 @@ impl Job {
         if self.status.is_some() && !self.reap_all {
             return;
         }
-        let target = if self.reap_all { Pid::from_raw(-1) } else { self.pid };
+        let target = if self.reap_all {
+            Pid::from_raw(-1)
+        } else {
+            self.pid
+        };
         let mut flags = WaitPidFlag::WNOHANG;
         if self.tty.is_some() {
             flags |= WaitPidFlag::WUNTRACED;
@@ -318,7 +338,10 @@ pub async fn supervise(
             break;
         }
         if job.status.is_some() && kill_at.is_none() {
-            info!(pgid = job.pid(), "command exited but its process group lives on; sending SIGTERM");
+            info!(
+                pgid = job.pid(),
+                "command exited but its process group lives on; sending SIGTERM"
+            );
             stop(&job, &mut kill_at);
         }
         if let Some(at) = kill_at {

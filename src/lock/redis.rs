@@ -92,7 +92,12 @@ impl RedisLock {
 
     /// One `EVAL`. Plain EVAL rather than EVALSHA: the scripts are a few hundred bytes, and a
     /// short-lived process would otherwise pay NOSCRIPT + SCRIPT LOAD on a fresh server.
-    async fn eval(&mut self, script: &str, keys: &[&str], args: &[&str]) -> Result<Value, LockError> {
+    async fn eval(
+        &mut self,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, LockError> {
         let mut conn = self.connection().await?;
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
@@ -150,11 +155,18 @@ impl LockService for RedisLock {
         let ttl = spec.ttl.as_millis().to_string();
         let sent_at = Instant::now();
         let reply = match spec.limit {
-            None => self.eval(ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl]).await?,
+            None => {
+                self.eval(ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl])
+                    .await?
+            }
             Some(n) => {
                 let n = n.to_string();
-                self.eval(SEM_ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl, &n])
-                    .await?
+                self.eval(
+                    SEM_ACQUIRE,
+                    &[&spec.key, &fence],
+                    &[&holder.value, &ttl, &n],
+                )
+                .await?
             }
         };
         let confirmed_at = Instant::now();
@@ -198,8 +210,15 @@ impl LockService for RedisLock {
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let ttl = spec.ttl.as_millis().to_string();
-        let script = if spec.limit.is_some() { SEM_RENEW } else { RENEW };
-        match self.eval(script, &[&spec.key], &[&lease.holder.value, &ttl]).await? {
+        let script = if spec.limit.is_some() {
+            SEM_RENEW
+        } else {
+            RENEW
+        };
+        match self
+            .eval(script, &[&spec.key], &[&lease.holder.value, &ttl])
+            .await?
+        {
             Value::Int(1) => Ok(Renew::Renewed),
             Value::Int(0) => Ok(Renew::NotOwner),
             other => Err(unexpected(&other)),
@@ -214,10 +233,18 @@ impl LockService for RedisLock {
     ) -> Result<Release, LockError> {
         // Round up: keeping a millisecond too long is harmless, too short is not.
         let keep = keep_for.as_micros().div_ceil(1000).to_string();
-        let script = if spec.limit.is_some() { SEM_RELEASE } else { RELEASE };
+        let script = if spec.limit.is_some() {
+            SEM_RELEASE
+        } else {
+            RELEASE
+        };
         let channel = wake_channel(&spec.key);
         match self
-            .eval(script, &[&spec.key], &[&lease.holder.value, &keep, &channel])
+            .eval(
+                script,
+                &[&spec.key],
+                &[&lease.holder.value, &keep, &channel],
+            )
             .await?
         {
             Value::Int(1) => Ok(Release::Deleted),
@@ -358,7 +385,10 @@ mod tests {
 
     #[test]
     fn redaction() {
-        assert_eq!(redact_url("redis://:hunter2@h:6379/0"), "redis://:***@h:6379/0");
+        assert_eq!(
+            redact_url("redis://:hunter2@h:6379/0"),
+            "redis://:***@h:6379/0"
+        );
         assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
         assert_eq!(redact_url("rediss://secret@h"), "rediss://***@h");
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
@@ -370,7 +400,11 @@ mod tests {
 
     #[test]
     fn bad_urls_never_echo_the_password() {
-        for url in ["ftp://:hunter2@h", "redis://:hunter2@h:notaport", "redis://:hunter2@"] {
+        for url in [
+            "ftp://:hunter2@h",
+            "redis://:hunter2@h:notaport",
+            "redis://:hunter2@",
+        ] {
             let err = RedisLock::new(url, Duration::from_secs(1)).err().unwrap();
             assert!(!err.contains("hunter2"), "{err}");
         }

@@ -21,16 +21,29 @@ fn exactly_one_of_several_simultaneous_runs_the_command() {
         .collect();
     let outputs: Vec<_> = children.into_iter().map(wait_output).collect();
     assert_eq!(lines(&marker).len(), 1, "exactly one instance ran the job");
-    let winners: Vec<_> = outputs.iter().filter(|o| o.status.code() == Some(0)).collect();
+    let winners: Vec<_> = outputs
+        .iter()
+        .filter(|o| o.status.code() == Some(0))
+        .collect();
     assert_eq!(winners.len(), 1);
     assert!(stderr_of(winners[0]).contains("redis lock acquired, starting job"));
     assert!(stderr_of(winners[0]).contains("redis lock released"));
-    let losers: Vec<_> = outputs.iter().filter(|o| o.status.code() == Some(75)).collect();
+    let losers: Vec<_> = outputs
+        .iter()
+        .filter(|o| o.status.code() == Some(75))
+        .collect();
     assert_eq!(losers.len(), 4, "the others exit 75");
     for o in losers {
-        assert!(stderr_of(o).contains("redis lock already acquired"), "{}", stderr_of(o));
+        assert!(
+            stderr_of(o).contains("redis lock already acquired"),
+            "{}",
+            stderr_of(o)
+        );
     }
-    assert!(!redis.exists("nightly-report"), "the key is gone after the run");
+    assert!(
+        !redis.exists("nightly-report"),
+        "the key is gone after the run"
+    );
 }
 
 #[test]
@@ -45,7 +58,12 @@ fn exit_codes_pass_through() {
         let mut cmd = lockrun(&redis);
         cmd.args(["k", "--", "sh", "-c", script]);
         let out = run(cmd);
-        assert_eq!(out.status.code(), Some(code), "{script}: {}", stderr_of(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{script}: {}",
+            stderr_of(&out)
+        );
         assert!(!redis.exists("k"), "released after {script}");
     }
 }
@@ -84,7 +102,13 @@ fn command_not_found_or_not_executable_releases_the_lock() {
 fn environment_names_key_token_and_fence() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["env-key", "--", "sh", "-c", "echo $LOCKRUN_KEY $LOCKRUN_TOKEN $LOCKRUN_FENCE; redis_value=1"]);
+    cmd.args([
+        "env-key",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKRUN_KEY $LOCKRUN_TOKEN $LOCKRUN_FENCE; redis_value=1",
+    ]);
     let out = run(cmd);
     let stdout = stdout_of(&out);
     let fields: Vec<&str> = stdout.split_whitespace().collect();
@@ -99,12 +123,16 @@ fn environment_names_key_token_and_fence() {
 fn the_key_tells_an_operator_who_holds_it() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["held", "--", "sleep", "3"]).stderr(Stdio::piped());
+    cmd.args(["held", "--", "sleep", "3"])
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     wait_for_line(&mut child, "redis lock acquired");
     let value: String = redis.cmd(&["GET", "held"]);
     assert!(value.contains(&format!("pid={}", child.id())), "{value}");
-    assert!(value.contains(" host=") && value.contains(" started="), "{value}");
+    assert!(
+        value.contains(" host=") && value.contains(" started="),
+        "{value}"
+    );
     let pttl: i64 = redis.cmd(&["PTTL", "held"]);
     assert!(pttl > 0 && pttl <= 30_000, "default TTL 30s, got {pttl}");
     kill(child.id(), libc::SIGTERM);
@@ -130,7 +158,8 @@ fn fence_strictly_increases_across_runs() {
 fn a_command_running_three_ttls_keeps_the_lock_throughout() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "1s", "long", "--", "sleep", "3.5"]).stderr(Stdio::piped());
+    cmd.args(["-t", "1s", "long", "--", "sleep", "3.5"])
+        .stderr(Stdio::piped());
     let mut holder = cmd.spawn().unwrap();
     wait_for_line(&mut holder, "redis lock acquired");
     let value: String = redis.cmd(&["GET", "long"]);
@@ -141,7 +170,10 @@ fn a_command_running_three_ttls_keeps_the_lock_throughout() {
         if holder.try_wait().unwrap().is_some() {
             break;
         }
-        assert_eq!(redis.cmd::<Option<String>>(&["GET", "long"]).as_deref(), Some(value.as_str()));
+        assert_eq!(
+            redis.cmd::<Option<String>>(&["GET", "long"]).as_deref(),
+            Some(value.as_str())
+        );
         let mut rival = lockrun(&redis);
         rival.args(["long", "true"]);
         assert_eq!(run(rival).status.code(), Some(75));
@@ -155,24 +187,50 @@ fn a_command_running_three_ttls_keeps_the_lock_throughout() {
 fn a_lock_taken_over_is_lost_the_command_stopped_and_the_intruder_kept() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "600ms", "--kill-after", "5s", "stolen", "--", "sleep", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "-t",
+        "600ms",
+        "--kill-after",
+        "5s",
+        "stolen",
+        "--",
+        "sleep",
+        "60",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut lines = wait_for_line(&mut child, "redis lock acquired");
     redis.cmd::<()>(&["SET", "stolen", "intruder", "PX", "60000"]);
     let status = wait_timeout(&mut child, PATIENCE).expect("lockrun stops after losing the lock");
     assert_eq!(status.code(), Some(76), "{}", lines.rest());
-    assert_eq!(redis.cmd::<String>(&["GET", "stolen"]), "intruder", "never delete another's lock");
+    assert_eq!(
+        redis.cmd::<String>(&["GET", "stolen"]),
+        "intruder",
+        "never delete another's lock"
+    );
 }
 
 #[test]
 fn lock_lost_logs_the_phrase_and_on_lost_continue_keeps_running() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "300ms", "--on-lost", "continue", "cont", "--", "sh", "-c"])
-        .arg("sleep 1.5; exit 5");
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    cmd.args([
+        "-t",
+        "300ms",
+        "--on-lost",
+        "continue",
+        "cont",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg("sleep 1.5; exit 5");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = wait_for_line(&mut child, "redis lock acquired");
     redis.cmd::<i64>(&["DEL", "cont"]);
     let lost = lines.wait_for("redis lock lost");
@@ -186,8 +244,10 @@ fn sigterm_reaches_the_command_and_its_code_passes_through() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
     let ready = redis.dir.path().join("ready");
-    cmd.args(["term", "--", "sh", "-c"])
-        .arg(format!("trap 'exit 7' TERM; touch '{}'; while :; do sleep 0.05; done", ready.display()));
+    cmd.args(["term", "--", "sh", "-c"]).arg(format!(
+        "trap 'exit 7' TERM; touch '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    ));
     let mut child = cmd.spawn().unwrap();
     wait_for_file(&ready);
     kill(child.id(), libc::SIGTERM);
@@ -200,7 +260,8 @@ fn sigterm_reaches_the_command_and_its_code_passes_through() {
 fn sigkill_of_lockrun_leaves_a_key_that_expires_by_its_ttl() {
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "1s", "orphan", "--", "sleep", "30"]).stderr(Stdio::piped());
+    cmd.args(["-t", "1s", "orphan", "--", "sleep", "30"])
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     wait_for_line(&mut child, "redis lock acquired");
     kill(child.id(), libc::SIGKILL);
@@ -219,10 +280,17 @@ fn min_hold_keeps_the_key_after_a_short_command() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stderr_of(&out).contains("redis lock released"));
     let pttl: i64 = redis.cmd(&["PTTL", "tick"]);
-    assert!(pttl > 10_000 && pttl <= 20_000, "kept for the rest of --min-hold: {pttl}");
+    assert!(
+        pttl > 10_000 && pttl <= 20_000,
+        "kept for the rest of --min-hold: {pttl}"
+    );
     let mut rival = lockrun(&redis);
     rival.args(["tick", "true"]);
-    assert_eq!(run(rival).status.code(), Some(75), "the same tick does not run twice");
+    assert_eq!(
+        run(rival).status.code(),
+        Some(75),
+        "the same tick does not run twice"
+    );
 
     // A command that outlives --min-hold is released normally.
     let mut cmd = lockrun(&redis);
@@ -284,8 +352,15 @@ fn assert_usage_error(args: &[&str], code: i32, needle: &str) {
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: one line, got {err:?}");
-    assert!(err.contains(needle), "{args:?}: {err:?} should mention {needle:?}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: one line, got {err:?}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: {err:?} should mention {needle:?}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -300,9 +375,17 @@ fn bad_input_gets_one_line_and_exit_64() {
     }
     assert_usage_error(&["-r", url, "-E", "300", "k", "true"], 64, "300");
     assert_usage_error(&["-r", url, "--bogus", "k", "true"], 64, "--bogus");
-    assert_usage_error(&["-r", "http://:pw@host", "k", "true"], 64, "invalid Redis URL");
+    assert_usage_error(
+        &["-r", "http://:pw@host", "k", "true"],
+        64,
+        "invalid Redis URL",
+    );
     assert_usage_error(&["-r", "not a url", "k", "true"], 64, "invalid Redis URL");
-    assert_usage_error(&["-r", "redis://:pw@h:99999", "k", "true"], 64, "invalid Redis URL");
+    assert_usage_error(
+        &["-r", "redis://:pw@h:99999", "k", "true"],
+        64,
+        "invalid Redis URL",
+    );
     assert_usage_error(&["--wait", "soon", "k", "true"], 64, "--wait");
 }
 
@@ -320,7 +403,12 @@ fn help_and_version_exit_zero() {
 #[test]
 fn unreachable_redis_exits_69_quickly() {
     let mut cmd = bare_lockrun();
-    cmd.args(["-r", &format!("redis://127.0.0.1:{}", free_port()), "k", "true"]);
+    cmd.args([
+        "-r",
+        &format!("redis://127.0.0.1:{}", free_port()),
+        "k",
+        "true",
+    ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
     assert_eq!(stderr_of(&out).trim_end().lines().count(), 1);
@@ -340,7 +428,14 @@ fn a_server_that_never_answers_times_out_well_below_the_ttl() {
         thread::sleep(PATIENCE);
     });
     let mut cmd = bare_lockrun();
-    cmd.args(["-r", &format!("redis://127.0.0.1:{port}"), "-t", "1s", "k", "true"]);
+    cmd.args([
+        "-r",
+        &format!("redis://127.0.0.1:{port}"),
+        "-t",
+        "1s",
+        "k",
+        "true",
+    ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
 }
@@ -350,7 +445,13 @@ fn wrong_password_exits_69_and_never_prints_it() {
     let redis = Redis::start_with_password("correct-horse");
     let port = redis.port.unwrap();
     let mut cmd = bare_lockrun();
-    cmd.args(["-r", &format!("redis://:wrong-battery@127.0.0.1:{port}"), "-v", "k", "true"]);
+    cmd.args([
+        "-r",
+        &format!("redis://:wrong-battery@127.0.0.1:{port}"),
+        "-v",
+        "k",
+        "true",
+    ]);
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(69), "{err}");
@@ -371,7 +472,8 @@ fn a_closed_stderr_does_not_stop_lockrun_from_releasing() {
     // key behind.
     let redis = Redis::start();
     let mut cmd = lockrun(&redis);
-    cmd.args(["closed", "--", "sleep", "0.5"]).stderr(Stdio::piped());
+    cmd.args(["closed", "--", "sleep", "0.5"])
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let lines = wait_for_line(&mut child, "redis lock acquired");
     drop(lines); // closes our end of lockrun's stderr

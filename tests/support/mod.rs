@@ -128,7 +128,9 @@ impl Redis {
     }
 
     pub fn conn(&self) -> redis::Connection {
-        self.client().get_connection().expect("connect to test redis")
+        self.client()
+            .get_connection()
+            .expect("connect to test redis")
     }
 
     /// Runs one command and returns its reply.
@@ -278,7 +280,10 @@ impl Lines {
                 }
             }
         });
-        Lines { rx, seen: Vec::new() }
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits until a line containing `needle` arrives; returns it.
