@@ -59,7 +59,11 @@ impl Signals {
     /// rather than a runtime task so signals are captured even while the runtime is blocked
     /// (e.g. inside a DNS lookup), and so it never competes with the job for the runtime.
     pub fn install() -> io::Result<Signals> {
-        let mut list = forwarded();
+        // A signal ignored when we start (`nohup`, a shell's `trap '' HUP`, a service manager)
+        // stays ignored: catching it would hand the command a default disposition instead of
+        // the inherited SIG_IGN, and forwarding would then kill it. Only uncaught signals keep
+        // their disposition across exec, so we leave those alone.
+        let mut list: Vec<i32> = forwarded().into_iter().filter(|&s| !ignored(s)).collect();
         list.push(libc::SIGCHLD);
         let mut info = SignalsInfo::<WithOrigin>::new(list)?;
         let (tx, rx) = unbounded_channel();
@@ -97,6 +101,15 @@ impl Signals {
             }
         }
         abort
+    }
+}
+
+/// Is `sig` set to SIG_IGN right now (as inherited from whoever started us)?
+fn ignored(sig: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current disposition.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

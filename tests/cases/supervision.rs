@@ -1,0 +1,493 @@
+//! Supervision: signals, process groups, parent death, reaping, terminals.
+
+use crate::support::*;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+/// `sh -c` script that traps `sig`, records each delivery in `log`, says it is ready, and keeps
+/// running for a while (so a test can see whether the signal arrives once or twice).
+fn trapping(sig: &str, log: &Path, ready: &Path) -> String {
+    format!(
+        "trap 'echo {sig} >> \"{log}\"' {sig}; touch '{ready}'; i=0; while [ $i -lt 15 ]; do sleep 0.1; i=$((i+1)); done",
+        log = log.display(),
+        ready = ready.display()
+    )
+}
+
+#[test]
+fn forwards_term_int_hup_quit_usr1_usr2() {
+    let redis = Redis::start();
+    for (name, signo) in [
+        ("TERM", libc::SIGTERM),
+        ("INT", libc::SIGINT),
+        ("HUP", libc::SIGHUP),
+        ("QUIT", libc::SIGQUIT),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+    ] {
+        let log = redis.dir.path().join(format!("{name}.log"));
+        let ready = redis.dir.path().join(format!("{name}.ready"));
+        let mut cmd = lockrun(&redis);
+        cmd.args(["fwd", "--", "sh", "-c"])
+            .arg(trapping(name, &log, &ready));
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_file(&ready);
+        kill(child.id(), signo);
+        let status = wait_timeout(&mut child, PATIENCE).unwrap();
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{name}: the trap handled it, so the command exits 0"
+        );
+        assert_eq!(lines(&log), [name], "{name} delivered exactly once");
+        assert!(!redis.exists("fwd"));
+    }
+}
+
+#[test]
+fn signals_reach_grandchildren_through_the_process_group() {
+    let redis = Redis::start();
+    let log = redis.dir.path().join("gc.log");
+    let ready = redis.dir.path().join("gc.ready");
+    let inner = format!(
+        "trap 'echo grandchild-got-TERM >> \"{}\"; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+        log.display(),
+        ready.display()
+    );
+    let mut cmd = lockrun(&redis);
+    cmd.args(["grp", "--", "sh", "-c"])
+        .arg(format!("sh -c \"{}\" & wait", inner.replace('"', "\\\"")));
+    let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&ready);
+    kill(child.id(), libc::SIGTERM);
+    wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(lines(&log), ["grandchild-got-TERM"]);
+}
+
+#[test]
+fn no_group_signals_only_the_direct_child() {
+    let redis = Redis::start();
+    let log = redis.dir.path().join("ng.log");
+    let ready = redis.dir.path().join("ng.ready");
+    // The grandchild would record a TERM if it got one; with --no-group only `sh` is signalled.
+    let script = format!(
+        "(trap 'echo grandchild-got-TERM >> \"{log}\"' TERM; touch '{ready}'; sleep 1.5) & trap 'echo child-got-TERM >> \"{log}\"; wait; exit 3' TERM; wait",
+        log = log.display(),
+        ready = ready.display()
+    );
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--no-group", "ng", "--", "sh", "-c"]).arg(script);
+    let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&ready);
+    kill(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(status.code(), Some(3));
+    assert_eq!(lines(&log), ["child-got-TERM"]);
+}
+
+#[test]
+fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
+    let redis = Redis::start();
+    let log = redis.dir.path().join("bg.log");
+    // The direct child exits at once; its background grandchild ignores the SIGTERM lockrun then
+    // sends and works for ~2.5 s more (three TTLs). The lock must stay held, and renewed, until
+    // it is gone.
+    let script = format!(
+        "(trap 'echo got-TERM >> \"{log}\"' TERM; i=0; while [ $i -lt 25 ]; do sleep 0.1; i=$((i+1)); done; echo finished >> \"{log}\") & exit 4",
+        log = log.display()
+    );
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "800ms", "--kill-after", "20s", "bg", "--", "sh", "-c"])
+        .arg(script);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines_ = wait_for_line(&mut child, "process group lives on");
+    let value: String = redis.cmd(&["GET", "bg"]);
+    for _ in 0..4 {
+        thread::sleep(Duration::from_millis(400));
+        if lines(&log).contains(&"finished".to_string()) {
+            break;
+        }
+        assert_eq!(
+            redis.cmd::<Option<String>>(&["GET", "bg"]).as_deref(),
+            Some(value.as_str()),
+            "still held while the grandchild runs"
+        );
+    }
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "the direct child's code: {}",
+        lines_.rest()
+    );
+    assert_eq!(lines(&log), ["got-TERM", "finished"]);
+    assert!(!redis.exists("bg"), "released once the group is empty");
+}
+
+#[test]
+fn leftover_group_members_are_killed_after_kill_after() {
+    let redis = Redis::start();
+    let ready = redis.dir.path().join("stubborn.ready");
+    let script = format!(
+        "(trap '' TERM; touch '{}'; while :; do sleep 0.1; done) & sleep 0.3; exit 0",
+        ready.display()
+    );
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--kill-after", "500ms", "stubborn", "--", "sh", "-c"])
+        .arg(script);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("sending SIGKILL"));
+    assert!(!redis.exists("stubborn"));
+}
+
+#[test]
+fn lock_loss_sigkills_a_command_that_ignores_sigterm_and_exits_76() {
+    let redis = Redis::start();
+    let ready = redis.dir.path().join("ign.ready");
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "500ms", "--kill-after", "1s", "ign", "--", "sh", "-c"])
+        .arg(format!(
+            "trap '' TERM; touch '{}'; while :; do sleep 0.1; done",
+            ready.display()
+        ));
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let mut log = Lines::of(&mut child);
+    wait_for_file(&ready);
+    redis.cmd::<i64>(&["DEL", "ign"]);
+    let status = wait_timeout(&mut child, PATIENCE).unwrap();
+    let log = log.rest();
+    assert_eq!(status.code(), Some(76), "{log}");
+    assert!(
+        log.contains("redis lock lost") && log.contains("sending SIGKILL"),
+        "{log}"
+    );
+}
+
+#[test]
+fn sigkill_of_lockrun_sends_the_command_its_parent_death_signal() {
+    let redis = Redis::start();
+    let log = redis.dir.path().join("pd.log");
+    let ready = redis.dir.path().join("pd.ready");
+    let mut cmd = lockrun(&redis);
+    cmd.args(["pdeath", "--", "sh", "-c"]).arg(format!(
+        "trap 'echo got-TERM > \"{}\"; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+        log.display(),
+        ready.display()
+    ));
+    let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&ready);
+    kill(child.id(), libc::SIGKILL);
+    wait_timeout(&mut child, PATIENCE).unwrap();
+    eventually("the command to get SIGTERM", || lines(&log) == ["got-TERM"]);
+}
+
+#[test]
+fn a_signal_during_wait_aborts_and_the_command_never_starts() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "waited", "other-holder", "PX", "60000"]);
+    for (signo, code) in [
+        (libc::SIGINT, 130),
+        (libc::SIGTERM, 143),
+        (libc::SIGHUP, 129),
+        (libc::SIGQUIT, 131),
+    ] {
+        let marker = redis.dir.path().join(format!("started-{signo}"));
+        let mut cmd = lockrun(&redis);
+        cmd.args(["--wait", "60s", "waited", "touch"]).arg(&marker);
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        wait_for_line(&mut child, "waiting");
+        kill(child.id(), signo);
+        let status = wait_timeout(&mut child, PATIENCE).unwrap();
+        assert_eq!(status.code(), Some(code));
+        assert!(!marker.exists(), "the command must not start");
+        assert_eq!(redis.cmd::<String>(&["GET", "waited"]), "other-holder");
+    }
+}
+
+/// Counts zombies among `parent`'s children.
+fn zombie_children(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            let rest = &stat[stat.rfind(')').unwrap() + 1..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f[0] == "Z" && f[1] == parent.to_string()
+        })
+        .count()
+}
+
+fn child_pids(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 1..];
+            (rest.split_whitespace().nth(1)? == parent.to_string()).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn signals_ignored_on_entry_stay_ignored_for_the_command() {
+    // `nohup lockrun ...` must still mean "the job survives SIGHUP": a signal ignored when
+    // lockrun starts is neither caught nor forwarded, and the job inherits SIG_IGN.
+    let redis = Redis::start();
+    let script = format!(
+        "trap '' USR1; exec '{}' -r '{}' ign-entry -- sh -c 'kill -USR1 $$; echo survived'",
+        lockrun_bin().display(),
+        redis.url()
+    );
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &script]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "survived");
+}
+
+#[test]
+fn subreaper_adopts_and_reaps_orphans() {
+    let redis = Redis::start();
+    let ready = redis.dir.path().join("orphan.ready");
+    // The inner shell starts a background `sleep` and exits: the sleep is orphaned, adopted by
+    // lockrun (not init), and must be reaped when it exits while the job still runs.
+    let script = format!("sh -c 'sleep 0.6 & touch \"{}\"'; sleep 3", ready.display());
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--subreaper", "reap", "--", "sh", "-c"])
+        .arg(script);
+    let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
+    let me = child.id();
+    wait_for_file(&ready);
+    eventually("the orphan to be adopted by lockrun", || {
+        child_pids(me).len() >= 2
+    });
+    thread::sleep(Duration::from_millis(1200));
+    assert_eq!(child_pids(me).len(), 1, "only the direct child is left");
+    assert_eq!(zombie_children(me), 0);
+    assert_eq!(wait_timeout(&mut child, PATIENCE).unwrap().code(), Some(0));
+}
+
+#[test]
+fn as_pid_1_it_reaps_zombies_and_keeps_the_exit_code() {
+    let redis = Redis::start();
+    // unshare(1) makes lockrun PID 1 of a new PID namespace, as in a container. The job leaves
+    // an orphan behind, waits for it to die, then counts zombies in the namespace.
+    let script = "sh -c 'sleep 0.3 &'; sleep 1.2; \
+                  z=0; for s in /proc/[0-9]*/stat; do case $(cut -d' ' -f3 $s 2>/dev/null) in Z) z=$((z+1));; esac; done; \
+                  echo zombies=$z; exit 42";
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc"])
+        .arg(lockrun_bin())
+        .args(["-r", &redis.url(), "pid1", "--", "sh", "-c", script]);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LOCKRUN_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = run(cmd);
+    assert_eq!(stdout_of(&out).trim(), "zombies=0", "{}", stderr_of(&out));
+    assert_eq!(out.status.code(), Some(42), "{}", stderr_of(&out));
+    assert!(!redis.exists("pid1"));
+}
+
+/// A pseudo-terminal with a (non-interactive) bash as its session leader and controlling
+/// process, the way a terminal emulator runs a shell; the shell runs `lockrun` in the
+/// terminal's foreground process group and writes lockrun's exit code to `rc`.
+struct Terminal {
+    master: std::fs::File,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    child: std::process::Child,
+}
+
+impl Terminal {
+    fn run(lockrun_args: &[&str], rc: &Path) -> Terminal {
+        let pty = nix::pty::openpty(None, None).expect("openpty");
+        let slave: OwnedFd = pty.slave;
+        let slave_fd = slave.as_raw_fd();
+        let quoted: Vec<String> = lockrun_args
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect();
+        let script = format!(
+            "'{}' {}; echo $? > '{}'",
+            lockrun_bin().display(),
+            quoted.join(" "),
+            rc.display()
+        );
+        // bash, not dash: on Ctrl-C a non-interactive bash waits for its foreground child and
+        // carries on unless the child died of SIGINT, as an interactive shell would.
+        let mut cmd = Command::new("bash");
+        cmd.args(["-c", &script])
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("LOCKRUN_") {
+                cmd.env_remove(k);
+            }
+        }
+        // SAFETY: setsid and ioctl are async-signal-safe; nothing allocates.
+        unsafe {
+            cmd.pre_exec(move || {
+                // A new session whose controlling terminal is the pty: the shell becomes the
+                // session leader and its process group the terminal's foreground group.
+                nix::unistd::setsid()?;
+                if libc::ioctl(0, libc::TIOCSCTTY as _, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let _ = slave_fd;
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn shell on pty");
+        let master = std::fs::File::from(pty.master);
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut reader, sink) = (master.try_clone().unwrap(), output.clone());
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            master,
+            output,
+            child,
+        }
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    fn wait_for(&self, needle: &str) {
+        eventually(&format!("{needle:?} on the terminal"), || {
+            self.screen().contains(needle)
+        });
+    }
+
+    fn type_keys(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+    }
+
+    fn finish(mut self, rc: &Path) -> (i32, String) {
+        eventually("the shell to record lockrun's exit code", || {
+            !lines(rc).is_empty()
+        });
+        let _ = wait_timeout(&mut self.child, PATIENCE);
+        (lines(rc)[0].parse().unwrap(), self.screen())
+    }
+}
+
+#[test]
+fn terminal_ctrl_c_reaches_the_job_exactly_once() {
+    let redis = Redis::start();
+    for group_flag in [None, Some("--no-group")] {
+        let tag = group_flag.unwrap_or("group").trim_start_matches('-');
+        let log = redis.dir.path().join(format!("ctrlc-{tag}.log"));
+        let ready = redis.dir.path().join(format!("ctrlc-{tag}.ready"));
+        let rc = redis.dir.path().join(format!("ctrlc-{tag}.rc"));
+        let url = redis.url();
+        let script = trapping("INT", &log, &ready);
+        let mut args = vec!["-r", url.as_str()];
+        args.extend(group_flag);
+        args.extend(["tty", "--", "sh", "-c", script.as_str()]);
+        let mut term = Terminal::run(&args, &rc);
+        wait_for_file(&ready);
+        term.type_keys(b"\x03");
+        let (code, screen) = term.finish(&rc);
+        assert_eq!(code, 0, "{screen}");
+        assert_eq!(
+            lines(&log),
+            ["INT"],
+            "{group_flag:?}: Ctrl-C delivered once; screen:\n{screen}"
+        );
+        assert!(screen.contains("redis lock released"), "{screen}");
+    }
+}
+
+#[test]
+fn terminal_job_can_read_from_the_tty_and_the_shell_gets_it_back() {
+    let redis = Redis::start();
+    let out = redis.dir.path().join("read.out");
+    let rc = redis.dir.path().join("read.rc");
+    let url = redis.url();
+    let script = format!(
+        "printf 'name? '; read line; echo \"got:$line\" > '{}'; exit 5",
+        out.display()
+    );
+    let mut term = Terminal::run(&["-r", &url, "tty-read", "--", "sh", "-c", &script], &rc);
+    term.wait_for("name? ");
+    term.type_keys(b"world\n");
+    let (code, screen) = term.finish(&rc);
+    assert_eq!(code, 5, "{screen}");
+    assert_eq!(
+        lines(&out),
+        ["got:world"],
+        "not stopped by SIGTTIN; screen:\n{screen}"
+    );
+    assert!(!redis.exists("tty-read"));
+}
+
+fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .next()?
+            .to_string(),
+    )
+}
+
+#[test]
+fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
+    let redis = Redis::start();
+    let ready = redis.dir.path().join("tstp.ready");
+    let out = redis.dir.path().join("tstp.out");
+    let rc = redis.dir.path().join("tstp.rc");
+    let url = redis.url();
+    let script = format!(
+        "touch '{}'; i=0; while [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done; echo done > '{}'",
+        ready.display(),
+        out.display()
+    );
+    let mut term = Terminal::run(&["-r", &url, "tstp", "--", "sh", "-c", &script], &rc);
+    wait_for_file(&ready);
+    let value: String = redis.cmd(&["GET", "tstp"]);
+    let pid: u32 = value
+        .split(" pid=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    term.type_keys(b"\x1a");
+    eventually("lockrun to stop along with its job", || {
+        process_state(pid).as_deref() == Some("T")
+    });
+    thread::sleep(Duration::from_millis(1500));
+    assert!(lines(&out).is_empty(), "the job is stopped too");
+    kill(pid, libc::SIGCONT); // what the shell's `fg` does (plus handing the terminal back)
+    let (code, screen) = term.finish(&rc);
+    assert_eq!(code, 0, "{screen}");
+    assert_eq!(lines(&out), ["done"], "{screen}");
+    assert!(screen.contains("stopping lockrun with it"), "{screen}");
+}
