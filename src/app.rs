@@ -114,8 +114,12 @@ fn unavailable(e: &LockError) -> ExitCode {
     }
 }
 
-/// Tries once, then (with --wait) sleeps until a release hint, the holder's lease end, or the
-/// wait's end, whichever is first, and tries again.
+/// How often a waiter renews its place in the queue (tickets last `TICKET`, 3 s). Doubles as
+/// a poll, so a lost wake-up hint costs at most this much latency.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Tries once; with --wait, queues and sleeps until a hint says it is our turn, the holder's
+/// lease ends (if we are next), the ticket needs renewing, or the wait ends; then tries again.
 async fn acquire<L: LockService>(
     lock: &mut L,
     spec: &LockSpec,
@@ -127,7 +131,8 @@ async fn acquire<L: LockService>(
         Wait::For(d) => Some(Instant::now() + d),
         Wait::Forever => None,
     };
-    if !wait.is_zero() {
+    let waiting = !wait.is_zero();
+    if waiting {
         // Before the first attempt: a release between our attempt and our sleep is not missed.
         if let Err(e) = lock.subscribe_wakeups(spec).await {
             return Err(Failed::Code(unavailable(&e)));
@@ -136,67 +141,84 @@ async fn acquire<L: LockService>(
     let mut announced = false;
     loop {
         if let Some(sig) = signals.take_abort() {
-            info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
-            return Err(Failed::Aborted(sig));
+            return Err(abort(lock, spec, holder, waiting, sig).await);
         }
-        let attempt = lock.acquire(spec, holder).await;
+        let attempt = lock.acquire(spec, holder, waiting).await;
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let sleep = match attempt {
             Ok(Acquire::Acquired(lease)) => return Ok(lease),
             Ok(Acquire::Held {
                 holder: other,
                 pttl,
+                rank,
             }) => {
+                let other = other.as_deref().unwrap_or("?");
                 if remaining == Some(Duration::ZERO) {
-                    info!(key = %spec.key, holder = other.as_deref().unwrap_or("?"),
-                          ttl_left = %pttl.map(|d| Human(d).to_string()).unwrap_or_else(|| "none".into()),
+                    if waiting {
+                        leave(lock, spec, holder).await;
+                    }
+                    let left = pttl.map(|d| Human(d).to_string());
+                    info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
                           "redis lock already acquired");
                     return Err(Failed::Conflict);
                 }
                 if !announced {
                     announced = true;
-                    info!(key = %spec.key, holder = other.as_deref().unwrap_or("?"), "redis lock already acquired; waiting");
+                    info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
                 }
-                // Never sleep past the holder's lease end (plus a little jitter so waiters do
-                // not all arrive at once): a holder that died without releasing is noticed then.
-                let bound = pttl.map(|p| p + jitter(Duration::from_millis(10) + p / 50));
-                let cap = Duration::from_secs(1);
-                [bound.unwrap_or(cap), cap, remaining.unwrap_or(cap)]
-                    .into_iter()
-                    .min()
-                    .unwrap_or(cap)
+                let mut sleep = HEARTBEAT;
+                if rank == Some(0) {
+                    // Next in line: never sleep past the holder's lease end (plus a little
+                    // jitter), so a holder that died without releasing is noticed then.
+                    if let Some(p) = pttl {
+                        sleep = sleep.min(p + jitter(Duration::from_millis(5) + p / 100));
+                    }
+                }
+                debug!(rank, sleep = %Human(sleep), "waiting for the lock");
+                remaining.map_or(sleep, |r| sleep.min(r))
             }
-            Err(LockError::Unavailable(msg))
-                if remaining.is_none_or(|r| !r.is_zero()) && wait != Wait::For(Duration::ZERO) =>
-            {
+            Err(LockError::Unavailable(msg)) if waiting && remaining != Some(Duration::ZERO) => {
                 warn!(error = %msg, "Redis unavailable while waiting for the lock; retrying");
-                remaining
-                    .unwrap_or(Duration::from_secs(1))
-                    .min(Duration::from_secs(1))
+                remaining.map_or(HEARTBEAT, |r| HEARTBEAT.min(r))
             }
             Err(e) => {
                 // The attempt's outcome may be unknown: if it did take the lock, give it back.
                 if matches!(e, LockError::Unavailable(_)) {
                     let lease = phantom_lease(spec, holder);
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        lock.release(spec, &lease, Duration::ZERO),
-                    )
-                    .await;
+                    let cleanup = lock.release(spec, &lease, Duration::ZERO);
+                    let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
                 }
                 return Err(Failed::Code(unavailable(&e)));
             }
         };
         tokio::select! {
-            () = lock.wait_for_release(sleep) => {}
+            () = lock.wait_for_turn(holder, sleep) => {}
             r = signals.recv() => {
                 if signals::ABORTING.contains(&r.signo) {
-                    info!(signal = %signals::name(r.signo), "interrupted while waiting for the lock");
-                    return Err(Failed::Aborted(r.signo));
+                    return Err(abort(lock, spec, holder, waiting, r.signo).await);
                 }
             }
         }
     }
+}
+
+async fn abort<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    holder: &Holder,
+    waiting: bool,
+    sig: i32,
+) -> Failed {
+    info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
+    if waiting {
+        leave(lock, spec, holder).await;
+    }
+    Failed::Aborted(sig)
+}
+
+/// Best effort: a ticket left behind expires by itself within `TICKET`.
+async fn leave<L: LockService>(lock: &mut L, spec: &LockSpec, holder: &Holder) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), lock.leave_queue(spec, holder)).await;
 }
 
 /// A lease for `holder` whose acquire reply we never saw, for a token-checked cleanup.

@@ -1,19 +1,32 @@
--- Acquire an exclusive lock in one round trip.
--- KEYS[1] lock key, KEYS[2] fencing counter (never expires, same cluster slot)
--- ARGV[1] holder value ("<token> host=... pid=... started=..."), ARGV[2] ttl in ms
--- Returns {1, fence} acquired | {0, pttl, holder} held elsewhere | {-1, type} key misused
+-- Acquire an exclusive lock in one round trip (after the queue prelude).
+-- KEYS[1] lock, KEYS[2] fencing counter (never expires), KEYS[3] queue, KEYS[4] ticket expiries
+-- ARGV[1] holder value "<token> host=... pid=... started=...", ARGV[2] ttl ms, ARGV[3] token,
+-- ARGV[4] ticket ms (0: not waiting, do not queue)
+-- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused
+-- (pttl -2: the lock is free but promised to the head of the queue)
 local kind = redis.call('TYPE', KEYS[1]).ok
-if kind == 'none' then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
-elseif kind ~= 'string' then
-  return {-1, kind}
-end
-local current = redis.call('GET', KEYS[1])
+if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
+local now = now_ms()
+prune_queue(KEYS[3], KEYS[4], now)
+local current = false
+if kind == 'string' then current = redis.call('GET', KEYS[1]) end
 if current == ARGV[1] then
   -- Our own earlier attempt succeeded but its reply was lost: still ours. A fresh fence keeps
   -- the counter strictly increasing; the number we never received was never used.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
   return {1, redis.call('INCR', KEYS[2])}
 end
-return {0, redis.call('PTTL', KEYS[1]), current}
+-- Free, and nobody queued ahead of us: no barging past waiters, so none starves.
+if not current and rank(KEYS[3], ARGV[3]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
+  return {1, redis.call('INCR', KEYS[2])}
+end
+local ticket = tonumber(ARGV[4])
+if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) end
+if current then
+  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
+end
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or ''
+return {0, -2, 'reserved for queued waiter ' .. head, rank(KEYS[3], ARGV[3])}

@@ -53,6 +53,8 @@ pub enum Acquire {
     Held {
         holder: Option<String>,
         pttl: Option<Duration>,
+        /// Our place in the waiter queue (0: next), when we queued.
+        rank: Option<u64>,
     },
 }
 
@@ -101,7 +103,14 @@ pub trait LockService {
     /// Subscribe to release hints before the first attempt, so that no release between an
     /// attempt and the wait that follows it can be missed.
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError>;
-    async fn acquire(&mut self, spec: &LockSpec, holder: &Holder) -> Result<Acquire, LockError>;
+    /// One attempt. With `queue`, an attempt that fails leaves (or renews) a place in the
+    /// waiter queue: waiters take turns in arrival order and nobody barges past them.
+    async fn acquire(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        queue: bool,
+    ) -> Result<Acquire, LockError>;
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError>;
     async fn release(
         &mut self,
@@ -111,7 +120,9 @@ pub trait LockService {
     ) -> Result<Release, LockError>;
     /// Does `token` hold `spec.key` right now? (Reentrancy: a nested lockrun asks this.)
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError>;
-    /// Resolves when a release hint arrives or after `max`, whichever is first. A hint is only a
-    /// hint: the caller always re-checks with `acquire`.
-    async fn wait_for_release(&mut self, max: Duration);
+    /// Give up a place in the waiter queue (wait timed out or aborted).
+    async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError>;
+    /// Resolves when a hint says it is `holder`'s turn, or after `max`, whichever is first. A
+    /// hint is only a hint: the caller always re-checks with `acquire`.
+    async fn wait_for_turn(&mut self, holder: &Holder, max: Duration);
 }

@@ -7,13 +7,25 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, Value};
 use std::time::Duration;
 use tokio::time::Instant;
 
-const ACQUIRE: &str = include_str!("acquire.lua");
+/// The scripts that touch the waiter queue start with its shared Lua functions.
+macro_rules! queue_script {
+    ($file:literal) => {
+        concat!(include_str!("queue.lua"), include_str!($file))
+    };
+}
+
+const ACQUIRE: &str = queue_script!("acquire.lua");
+const RELEASE: &str = queue_script!("release.lua");
+const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
+const SEM_RELEASE: &str = queue_script!("sem_release.lua");
+const LEAVE: &str = queue_script!("leave.lua");
 const RENEW: &str = include_str!("renew.lua");
-const RELEASE: &str = include_str!("release.lua");
-const SEM_ACQUIRE: &str = include_str!("sem_acquire.lua");
 const SEM_RENEW: &str = include_str!("sem_renew.lua");
-const SEM_RELEASE: &str = include_str!("sem_release.lua");
 const HELD_BY: &str = include_str!("held_by.lua");
+
+/// A waiter's place in the queue lasts this long unless renewed: the longest a waiter that
+/// died (SIGKILL) can hold up the queue.
+pub const TICKET: Duration = Duration::from_secs(3);
 
 pub struct RedisLock {
     client: Client,
@@ -150,23 +162,42 @@ impl LockService for RedisLock {
         Ok(())
     }
 
-    async fn acquire(&mut self, spec: &LockSpec, holder: &Holder) -> Result<Acquire, LockError> {
-        let fence = fence_key(&spec.key);
+    async fn acquire(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        queue: bool,
+    ) -> Result<Acquire, LockError> {
+        let keys = Keys::of(&spec.key);
         let ttl = spec.ttl.as_millis().to_string();
+        let ticket = if queue {
+            TICKET.as_millis().to_string()
+        } else {
+            "0".into()
+        };
         let sent_at = Instant::now();
+        let key_args = [spec.key.as_str(), &keys.fence, &keys.queue, &keys.tickets];
         let reply = match spec.limit {
             None => {
-                self.eval(ACQUIRE, &[&spec.key, &fence], &[&holder.value, &ttl])
-                    .await?
+                self.eval(
+                    ACQUIRE,
+                    &key_args,
+                    &[&holder.value, &ttl, &holder.token, &ticket],
+                )
+                .await?
             }
             Some(n) => {
                 let n = n.to_string();
-                self.eval(
-                    SEM_ACQUIRE,
-                    &[&spec.key, &fence],
-                    &[&holder.value, &ttl, &n],
-                )
-                .await?
+                let args = [
+                    &holder.value,
+                    &ttl,
+                    &holder.token,
+                    &ticket,
+                    &n,
+                    &keys.channel,
+                ];
+                self.eval(SEM_ACQUIRE, &key_args, &args.map(String::as_str))
+                    .await?
             }
         };
         let confirmed_at = Instant::now();
@@ -184,8 +215,13 @@ impl LockService for RedisLock {
             })),
             (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
                 holder: items.get(2).and_then(as_string),
-                // PTTL is -1 for a key without expiry (set by hand): no bound to sleep by.
+                // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
+                // free but promised to a queued waiter: no lease end to sleep by.
                 pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                rank: match items.get(3) {
+                    Some(Value::Int(r)) => u64::try_from(*r).ok(),
+                    _ => None,
+                },
             }),
             (Some(Value::Int(-1)), Some(kind)) => {
                 let kind = as_string(kind).unwrap_or_default();
@@ -238,12 +274,12 @@ impl LockService for RedisLock {
         } else {
             RELEASE
         };
-        let channel = wake_channel(&spec.key);
+        let keys = Keys::of(&spec.key);
         match self
             .eval(
                 script,
-                &[&spec.key],
-                &[&lease.holder.value, &keep, &channel],
+                &[&spec.key, &keys.queue, &keys.tickets],
+                &[&lease.holder.value, &keep, &keys.channel],
             )
             .await?
         {
@@ -261,18 +297,38 @@ impl LockService for RedisLock {
         }
     }
 
-    async fn wait_for_release(&mut self, max: Duration) {
+    async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
+        let keys = Keys::of(&spec.key);
+        let limit = spec.limit.unwrap_or(0).to_string();
+        self.eval(
+            LEAVE,
+            &[&spec.key, &keys.queue, &keys.tickets],
+            &[&holder.token, &limit, &keys.channel],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {
         use futures_core::Stream;
-        match self.wake.as_mut() {
-            Some(pubsub) => {
-                let stream = pubsub.on_message();
-                // SAFETY of pinning: the stream is a `&mut` borrow that lives on this stack frame.
-                let mut stream = std::pin::pin!(stream);
-                let next = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx));
-                let _ = tokio::time::timeout(max, next).await;
+        let Some(pubsub) = self.wake.as_mut() else {
+            return tokio::time::sleep(max).await;
+        };
+        let stream = pubsub.on_message();
+        let mut stream = std::pin::pin!(stream);
+        let token = holder.token.as_bytes();
+        let ours = async {
+            // Hints name the waiter whose turn it is; the others sleep on.
+            while let Some(msg) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+                if msg.get_payload_bytes() == token {
+                    return;
+                }
             }
-            None => tokio::time::sleep(max).await,
-        }
+            // The subscription connection died: fall back to sleeping (the caller's bound
+            // still holds, and the ticket renewal doubles as a poll).
+            std::future::pending::<()>().await
+        };
+        let _ = tokio::time::timeout(max, ours).await;
     }
 }
 
@@ -294,15 +350,36 @@ pub fn wake_channel(key: &str) -> String {
     format!("lockrun:wake:{key}")
 }
 
-/// The fencing counter's key: it must live in the same Redis Cluster hash slot as the lock key,
-/// so both can be touched by one script. A key with a hash tag (`{...}`) keeps it; any other key
-/// becomes the hash tag. (A key containing `}` but no tag cannot be wrapped; it gets a plain
-/// suffix, which is fine on a single server or Sentinel.)
-pub fn fence_key(key: &str) -> String {
+/// The keys that go with a lock key.
+struct Keys {
+    /// Fencing counter; never expires.
+    fence: String,
+    /// Waiters in arrival order, and their tickets' expiry.
+    queue: String,
+    tickets: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(key: &str) -> Keys {
+        Keys {
+            fence: sibling_key(key, "fence"),
+            queue: sibling_key(key, "waiters"),
+            tickets: sibling_key(key, "tickets"),
+            channel: wake_channel(key),
+        }
+    }
+}
+
+/// A key that must live in the same Redis Cluster hash slot as the lock key, so one script can
+/// touch both. A key with a hash tag (`{...}`) keeps it; any other key becomes the hash tag.
+/// (A key containing `}` but no tag cannot be wrapped; it gets a plain suffix, which is fine on
+/// a single server or Sentinel.)
+pub fn sibling_key(key: &str, suffix: &str) -> String {
     if has_hash_tag(key) || key.contains('}') {
-        format!("{key}:fence")
+        format!("{key}:{suffix}")
     } else {
-        format!("{{{key}}}:fence")
+        format!("{{{key}}}:{suffix}")
     }
 }
 
@@ -377,10 +454,13 @@ mod tests {
 
     #[test]
     fn fence_key_shares_the_slot() {
-        assert_eq!(fence_key("nightly"), "{nightly}:fence");
-        assert_eq!(fence_key("job:{tenant1}:x"), "job:{tenant1}:x:fence");
-        assert_eq!(fence_key("a{}b"), "a{}b:fence");
-        assert_eq!(fence_key("a}b"), "a}b:fence");
+        assert_eq!(sibling_key("nightly", "fence"), "{nightly}:fence");
+        assert_eq!(
+            sibling_key("job:{tenant1}:x", "fence"),
+            "job:{tenant1}:x:fence"
+        );
+        assert_eq!(sibling_key("a{}b", "waiters"), "a{}b:waiters");
+        assert_eq!(sibling_key("a}b", "fence"), "a}b:fence");
     }
 
     #[test]

@@ -1,5 +1,6 @@
--- Compare-and-delete: only the holder's own value is ever deleted.
--- KEYS[1] lock key; ARGV[1] our holder value, ARGV[2] ms to keep (--min-hold), ARGV[3] wake channel
+-- Compare-and-delete (after the queue prelude): only the holder's own value is ever deleted.
+-- KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries
+-- ARGV[1] our holder value, ARGV[2] ms to keep (--min-hold), ARGV[3] wake channel
 -- Returns 1 deleted | 2 kept for ARGV[2] ms | 0 not ours (nothing touched)
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -9,6 +10,8 @@ if keep > 0 then
   return 2
 end
 redis.call('DEL', KEYS[1])
--- A hint for waiters: they still re-check with acquire, so a lost message costs only latency.
-redis.call('PUBLISH', ARGV[3], KEYS[1])
+-- Wake the head of the queue only. A hint: it re-checks with acquire, so a lost message costs
+-- latency (until its next ticket renewal), never safety.
+prune_queue(KEYS[2], KEYS[3], now_ms())
+wake_head(KEYS[2], ARGV[3])
 return 1

@@ -1,9 +1,9 @@
--- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more).
--- KEYS[1] semaphore key; ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel
+-- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more). After the queue prelude.
+-- KEYS[1] semaphore, KEYS[2] queue, KEYS[3] ticket expiries
+-- ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel
 -- Returns 1 released | 2 kept | 0 not ours
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local keep = tonumber(ARGV[2])
@@ -14,5 +14,6 @@ if keep > 0 then
   return 2
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PUBLISH', ARGV[3], KEYS[1])
+prune_queue(KEYS[2], KEYS[3], now)
+wake_head(KEYS[2], ARGV[3])
 return 1

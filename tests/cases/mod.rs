@@ -1,2 +1,3 @@
+mod contention;
 mod core;
 mod supervision;
