@@ -3,11 +3,10 @@
 //! with its origin (the kernel, as for a terminal's Ctrl-C, or another process's kill(2)).
 
 use nix::sys::signal::Signal as Sig;
-use signal_hook::iterator::exfiltrator::origin::WithOrigin;
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::low_level::siginfo::Cause;
 use std::io;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+use tokio::net::unix::pipe;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Received {
@@ -50,57 +49,128 @@ pub fn forwarded() -> Vec<i32> {
     v
 }
 
+/// Write end of the self-pipe, for the signal handler.
+static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
+
+/// The signal handler: two bytes (signal number, "from the kernel") into a non-blocking pipe.
+/// write(2) is async-signal-safe, and a 2-byte write to a pipe is atomic. If the pipe were
+/// ever full (thousands of unread signals) the byte pair is dropped: SIGCHLD is level-checked
+/// by reaping in a loop anyway, and forwarding a storm of duplicates loses nothing.
+extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: only async-signal-safe calls; errno is saved and restored so the interrupted
+    // code never sees it change.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let from_kernel = !info.is_null() && (*info).si_code == libc::SI_KERNEL;
+        let msg = [signo as u8, u8::from(from_kernel)];
+        libc::write(
+            PIPE_WRITE.load(Ordering::Relaxed),
+            msg.as_ptr().cast(),
+            msg.len(),
+        );
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// Signals received, in order, read from the self-pipe. (Hand-written rather than signal-hook:
+/// its registry copies its whole table on each registration, which for the ~50 signals we
+/// catch was 45% of lockrun's start-up instructions.)
 pub struct Signals {
-    rx: UnboundedReceiver<Received>,
+    read: Option<OwnedFd>,
+    pipe: Option<pipe::Receiver>,
 }
 
 impl Signals {
-    /// Installs the handlers and the thread that relays them. The relay is a plain thread
-    /// rather than a runtime task so signals are captured even while the runtime is blocked
-    /// (e.g. inside a DNS lookup), and so it never competes with the job for the runtime.
+    /// Installs the handlers. Call once, before any network I/O, so no signal that arrives
+    /// during start-up, the wait or the run takes its default action or is lost.
     pub fn install() -> io::Result<Signals> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills `fds` on success; both ends are close-on-exec so the command never
+        // inherits them, and non-blocking so the handler can never block.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptors we own.
+        let read = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+        PIPE_WRITE.store(fds[1], Ordering::Relaxed);
         // A signal ignored when we start (`nohup`, a shell's `trap '' HUP`, a service manager)
         // stays ignored: catching it would hand the command a default disposition instead of
         // the inherited SIG_IGN, and forwarding would then kill it. Only uncaught signals keep
         // their disposition across exec, so we leave those alone.
-        let mut list: Vec<i32> = forwarded().into_iter().filter(|&s| !ignored(s)).collect();
-        list.push(libc::SIGCHLD);
-        let mut info = SignalsInfo::<WithOrigin>::new(list)?;
-        let (tx, rx) = unbounded_channel();
-        std::thread::Builder::new()
-            .name("lockrun-signals".into())
-            .spawn(move || {
-                for origin in info.forever() {
-                    let received = Received {
-                        signo: origin.signal,
-                        from_kernel: matches!(origin.cause, Cause::Kernel),
-                    };
-                    if tx.send(received).is_err() {
-                        break;
-                    }
+        let caught = forwarded().into_iter().filter(|&s| !ignored(s));
+        for signo in caught.chain([libc::SIGCHLD]) {
+            // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (above).
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+                // SA_RESTART: lockrun's own blocking calls resume instead of failing with EINTR.
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                if libc::sigaction(signo, &action, std::ptr::null_mut()) != 0 {
+                    return Err(io::Error::last_os_error());
                 }
-            })?;
-        Ok(Signals { rx })
+            }
+        }
+        Ok(Signals {
+            read: Some(read),
+            pipe: None,
+        })
     }
 
+    fn decode(buf: &[u8]) -> impl Iterator<Item = Received> + '_ {
+        buf.chunks_exact(2).map(|p| Received {
+            signo: i32::from(p[0]),
+            from_kernel: p[1] != 0,
+        })
+    }
+
+    /// The pipe as a runtime-registered reader (done lazily: it needs the runtime). None only
+    /// if epoll registration failed, which is logged once.
+    fn receiver(&mut self) -> Option<&pipe::Receiver> {
+        if let Some(fd) = self.read.take() {
+            match pipe::Receiver::from_owned_fd_unchecked(fd) {
+                Ok(rx) => self.pipe = Some(rx),
+                Err(e) => tracing::error!("cannot watch for signals: {e}"),
+            }
+        }
+        self.pipe.as_ref()
+    }
+
+    /// Waits for the next signal.
     pub async fn recv(&mut self) -> Received {
-        match self.rx.recv().await {
-            Some(r) => r,
-            // The relay thread never ends while lockrun runs; if it did, wait forever rather
-            // than spin on a closed channel.
-            None => std::future::pending().await,
+        let mut buf = [0u8; 2];
+        loop {
+            let Some(rx) = self.receiver() else {
+                return std::future::pending().await;
+            };
+            if rx.readable().await.is_err() {
+                return std::future::pending().await;
+            }
+            match rx.try_read(&mut buf) {
+                Ok(2) => return Self::decode(&buf).next().expect("two bytes"),
+                // Writes are 2-byte atomic, so a short read cannot happen; ignore defensively.
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(_) => return std::future::pending().await,
+            }
         }
     }
 
     /// Takes everything already received and returns the first signal that aborts a wait.
     pub fn take_abort(&mut self) -> Option<i32> {
         let mut abort = None;
-        while let Ok(r) = self.rx.try_recv() {
-            if abort.is_none() && ABORTING.contains(&r.signo) {
-                abort = Some(r.signo);
+        let mut buf = [0u8; 128];
+        loop {
+            let n = match self.receiver().map(|rx| rx.try_read(&mut buf)) {
+                Some(Ok(n)) if n > 0 => n,
+                _ => return abort,
+            };
+            for r in Self::decode(&buf[..n]) {
+                if abort.is_none() && ABORTING.contains(&r.signo) {
+                    abort = Some(r.signo);
+                }
             }
         }
-        abort
     }
 }
 

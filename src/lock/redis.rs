@@ -51,7 +51,10 @@ impl RedisLock {
             .map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
         // CLIENT SETINFO would add a round trip to every run for a label nobody reads.
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_redis_settings(settings);
+        // Nagle would hold back a request written while an earlier one is unacknowledged;
+        // every request here is latency-bound.
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+        let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
         let client =
             Client::open(info).map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
         let config = AsyncConnectionConfig::new()
