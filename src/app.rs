@@ -246,6 +246,7 @@ fn jitter(max: Duration) -> Duration {
 
 /// Token-checked release; a failure is logged, not fatal: the TTL frees the key.
 async fn release<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease, keep: Duration) {
+    debug!(key = %spec.key, "releasing redis lock");
     let mut result = lock.release(spec, lease, keep).await;
     if matches!(result, Err(LockError::Unavailable(_))) {
         // One retry on a fresh connection: release is safe to repeat (token-checked).

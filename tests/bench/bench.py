@@ -1,0 +1,359 @@
+"""lockrun's benchmarks. Run through tests/bench/run.sh (which installs the peers).
+
+Prints Markdown tables; every figure is measured in this run, on this machine, against a local
+throwaway redis-server. Nothing here asserts timings: it reports them.
+"""
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(ROOT, "target", "release", "lockrun")
+PEERS = os.path.join(ROOT, "tests", "bench", "peers")
+PY = sys.executable
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    def __init__(self, tmp):
+        self.port = free_port()
+        self.sock = os.path.join(tmp, "redis.sock")
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--unixsocket", self.sock,
+             "--save", "", "--appendonly", "no", "--maxclients", "8000", "--dir", tmp, "--logfile", "redis.log"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(500):
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.01)
+        self.tcp = f"redis://127.0.0.1:{self.port}"
+        self.unix = f"unix://{self.sock}"
+
+    def cmd(self, *args):
+        return subprocess.run(["redis-cli", "-s", self.sock, *map(str, args)], capture_output=True,
+                              text=True, check=True).stdout
+
+    def info(self, section):
+        out = {}
+        for line in self.cmd("INFO", section).splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                out[k] = v
+        return out
+
+    def commandstats(self):
+        stats = {}
+        for k, v in self.info("commandstats").items():
+            calls = int(v.split("calls=")[1].split(",")[0])
+            stats[k.replace("cmdstat_", "")] = calls
+        return stats
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+# Commands a client sends itself; everything else in commandstats was run by our Lua scripts.
+TOP_LEVEL = {"eval", "evalsha", "script|load", "subscribe", "unsubscribe", "ping", "client|setinfo",
+             "hello", "select", "auth", "info"}
+
+
+def delta(before, after, names=None):
+    keys = set(after) | set(before)
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    return {k: v for k, v in d.items() if v and (names is None or k in names)}
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def hyperfine(commands, runs):
+    """name -> argv; returns name -> list of seconds."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        args = ["hyperfine", "-N", "-i", "--style", "none", "-w", "10", "-r", str(runs),
+                "--export-json", out.name]
+        names = list(commands)
+        for n in names:
+            args += ["-n", n, " ".join(commands[n])]
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=ENV)
+        data = json.load(open(out.name))
+    return {r["command"]: r["times"] for r in data["results"]}
+
+
+def ms(x):
+    return f"{x * 1000:.2f}"
+
+
+def start_etcd(tmp):
+    if not shutil.which("etcd") or not shutil.which("etcdctl"):
+        return None, None
+    client, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        ["etcd", "--data-dir", os.path.join(tmp, "etcd"), "--listen-client-urls", f"http://127.0.0.1:{client}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client}", "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"127.0.0.1:{client}"
+    for _ in range(100):
+        if subprocess.run(["etcdctl", "--endpoints", endpoint, "endpoint", "health"],
+                          capture_output=True, env=dict(ENV, ETCDCTL_API="3")).returncode == 0:
+            return proc, endpoint
+        time.sleep(0.1)
+    proc.kill()
+    return None, None
+
+
+def overhead(redis, tmp):
+    flockfile = os.path.join(tmp, "flock")
+    open(flockfile, "w").close()
+    fast = {
+        "true": ["true"],
+        "flock -n FILE true": ["flock", "-n", flockfile, "true"],
+        "lockrun (TCP)": [BIN, "-q", "-r", redis.tcp, "bench-tcp", "--", "true"],
+        "lockrun (unix socket)": [BIN, "-q", "-r", redis.unix, "bench-unix", "--", "true"],
+        "redis-cli SET NX PX + DEL (sh)": ["sh", "-c",
+            f"'redis-cli -p {redis.port} SET bench-cli 1 NX PX 30000 >/dev/null && true; redis-cli -p {redis.port} DEL bench-cli >/dev/null'"],
+    }
+    etcd, endpoint = start_etcd(tmp)
+    if etcd:
+        fast["etcdctl lock KEY true"] = ["env", "ETCDCTL_API=3", "etcdctl", "--endpoints", endpoint, "lock", "bench-etcd", "true"]
+    slow = {
+        "redis-py Lock": [PY, os.path.join(PEERS, "redispy_lock.py"), redis.tcp, "bench-py", "true"],
+        "python-redis-lock": [PY, os.path.join(PEERS, "python_redis_lock.py"), redis.tcp, "bench-prl", "true"],
+        "pottery Redlock": [PY, os.path.join(PEERS, "pottery_redlock.py"), redis.tcp, "bench-pot", "true"],
+    }
+    times = hyperfine(fast, 300)
+    times.update(hyperfine(slow, 200))
+    if etcd:
+        etcd.kill()
+    floor = statistics.median(times["flock -n FILE true"])
+    print("\n### Wrapper overhead: `<wrapper> KEY -- true`\n")
+    print("| command | runs | median ms | p95 ms | median / flock |")
+    print("|---|---|---|---|---|")
+    for name, ts in times.items():
+        print(f"| {name} | {len(ts)} | {ms(statistics.median(ts))} | {ms(pct(ts, 95))} | {statistics.median(ts) / floor:.2f}x |")
+    if not etcd:
+        print("\n(etcd not available here: etcdctl row omitted)")
+
+
+def roundtrips(redis):
+    print("\n### Redis requests per run (INFO commandstats delta / runs)\n")
+    print("| path | requests per run | connections per run |")
+    print("|---|---|---|")
+    # Commands that our scripts also run (SET, GET, DEL, ...) would blur the count: the peers'
+    # requests are not counted here, only lockrun's, whose every request is listed above.
+    redis.cmd("SET", "rt-held", "someone", "PX", "600000")
+    for label, argv in [
+        ("uncontended `lockrun KEY -- true`", [BIN, "-q", "-r", redis.unix, "rt-free", "--", "true"]),
+        ("conflict (`-E 0`, key held)", [BIN, "-q", "-E", "0", "-r", redis.unix, "rt-held", "--", "true"]),
+        ("`--wait 1s`, uncontended", [BIN, "-q", "-w", "1s", "-r", redis.unix, "rt-wait", "--", "true"]),
+    ]:
+        n = 100
+        before, conns = redis.commandstats(), int(redis.info("stats")["total_connections_received"])
+        for _ in range(n):
+            subprocess.run(argv, env=ENV, check=False)
+        d = delta(before, redis.commandstats(), TOP_LEVEL - {"info"})
+        conns = (int(redis.info("stats")["total_connections_received"]) - conns) / n
+        parts = ", ".join(f"{v / n:g} {k.upper()}" for k, v in sorted(d.items()))
+        print(f"| {label} | {sum(d.values()) / n:g} ({parts}) | {conns:g} |")
+    # Renewals: one EVAL per TTL/3.
+    before = redis.commandstats()
+    subprocess.run([BIN, "-q", "-t", "300ms", "-r", redis.unix, "rt-renew", "--", "sleep", "1"], env=ENV)
+    d = delta(before, redis.commandstats(), {"eval"})
+    print(f"| `-t 300ms -- sleep 1` (renewals every 100 ms) | {d.get('eval', 0)} EVAL in total | 1 |")
+
+
+def vm_hwm_kib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+
+
+def memory(redis, tmp):
+    flockfile = os.path.join(tmp, "flock")
+    rows = {
+        "lockrun": [BIN, "-q", "-r", redis.unix, "mem", "--", "sleep", "1"],
+        "flock": ["flock", "-n", flockfile, "sleep", "1"],
+        "redis-py Lock": [PY, os.path.join(PEERS, "redispy_lock.py"), redis.tcp, "mem-py", "sleep", "1"],
+        "python-redis-lock": [PY, os.path.join(PEERS, "python_redis_lock.py"), redis.tcp, "mem-prl", "sleep", "1"],
+        "pottery Redlock": [PY, os.path.join(PEERS, "pottery_redlock.py"), redis.tcp, "mem-pot", "sleep", "1"],
+    }
+    print("\n### Peak RSS of the wrapper while the command runs (VmHWM, max of 5 runs)\n")
+    print("| wrapper | peak RSS |")
+    print("|---|---|")
+    for name, argv in rows.items():
+        peaks = []
+        for _ in range(5):
+            p = subprocess.Popen(argv, env=ENV)
+            time.sleep(0.6)
+            peaks.append(vm_hwm_kib(p.pid) or 0)
+            p.wait()
+        print(f"| {name} | {max(peaks) / 1024:.1f} MiB |")
+    size = os.path.getsize(BIN)
+    print(f"\nRelease binary (stripped, LTO): {size / 1024 / 1024:.2f} MiB ({size} bytes).")
+    cold = []
+    for _ in range(5):
+        try:
+            subprocess.run(["sync"])
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+        except OSError:
+            cold = None
+            break
+        t = time.perf_counter()
+        subprocess.run([BIN, "--version"], stdout=subprocess.DEVNULL)
+        cold.append(time.perf_counter() - t)
+    warm = hyperfine({"v": [BIN, "--version"]}, 200)["v"]
+    cold_s = f"{ms(statistics.median(cold))} ms (page cache dropped, median of 5)" if cold else "n/a (cannot drop the page cache here)"
+    print(f"Start-up, `lockrun --version`: cold {cold_s}; warm {ms(statistics.median(warm))} ms (median of 200).")
+
+
+def scale(redis):
+    n, hold, ttl = 1000, 10, "3s"
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    cpu0 = redis.info("cpu")
+    cmds0 = int(redis.info("stats")["total_commands_processed"])
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([BIN, "-q", "-t", ttl, "-r", redis.unix, f"scale-{i}", "--", "sleep", str(hold)],
+                              env=ENV, stdin=subprocess.DEVNULL) for i in range(n)]
+    spawned = time.perf_counter() - t0
+    time.sleep(1)
+    held = int(redis.cmd("DBSIZE").strip())
+    codes = [p.wait() for p in procs]
+    wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu1 = redis.info("cpu")
+    cmds = int(redis.info("stats")["total_commands_processed"]) - cmds0
+    lock_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    redis_cpu = sum(float(cpu1[k]) - float(cpu0[k]) for k in ("used_cpu_sys", "used_cpu_user"))
+    print(f"\n### Scale: {n} lockruns, each holding its own key for {hold} s with TTL {ttl}\n")
+    print("| figure | value |")
+    print("|---|---|")
+    print(f"| all {n} started in | {spawned:.2f} s |")
+    print(f"| keys held 1 s in (locks + fence counters) | {held} |")
+    print(f"| exit codes | {sorted(set(codes))} |")
+    print(f"| wall time | {wall:.1f} s |")
+    print(f"| CPU of all lockruns (+ their `sleep`s), user+sys | {lock_cpu:.2f} s ({lock_cpu / n * 1000:.2f} ms per lockrun) |")
+    print(f"| Redis CPU, user+sys | {redis_cpu:.2f} s |")
+    print(f"| Redis commands (incl. those run inside scripts) | {cmds} ({cmds / wall:.0f}/s) |")
+
+
+def parse_ts(s):
+    return dt.datetime.strptime(s.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def contention(redis, tmp):
+    print("\n### Contention: N contenders looping `lockrun --wait forever KEY -- true` for 8 s\n")
+    print("| waiters | acquisitions | acq/s | handoff median ms | handoff p99 ms | Redis requests / acquisition | fairness (min/max per contender) |")
+    print("|---|---|---|---|---|---|---|")
+    for waiters in (1, 10, 100):
+        key = f"cont-{waiters}"
+        contenders = waiters + 1
+        stop = time.monotonic() + 8
+        events, counts, lock = [], [0] * contenders, threading.Lock()
+        env = dict(ENV, LOCKRUN_LOG="debug", LOCKRUN_LOG_FORMAT="json")
+
+        def worker(i):
+            while time.monotonic() < stop:
+                r = subprocess.run([BIN, "-r", redis.unix, "-w", "forever", key, "--", "true"],
+                                   env=env, stderr=subprocess.PIPE, text=True)
+                mine = []
+                for line in r.stderr.splitlines():
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue
+                    if e.get("message") in ("redis lock acquired, starting job", "releasing redis lock"):
+                        kind = "r" if e["message"] == "releasing redis lock" else "a"
+                        mine.append((parse_ts(e["timestamp"]), kind))
+                with lock:
+                    events.extend(mine)
+                    counts[i] += r.returncode == 0
+
+        before = redis.commandstats()
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(contenders)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        d = delta(before, redis.commandstats(), TOP_LEVEL - {"info"})
+        events.sort()
+        handoffs, last_release = [], None
+        for ts, kind in events:
+            if kind == "r":
+                last_release = ts
+            elif last_release is not None:
+                handoffs.append(ts - last_release)
+                last_release = None
+        total = sum(counts)
+        print(f"| {waiters} | {total} | {total / wall:.0f} | {ms(statistics.median(handoffs))} | {ms(pct(handoffs, 99))} "
+              f"| {sum(d.values()) / total:.2f} | {min(counts)}/{max(counts)} |")
+
+    print("\n### Throughput: 10 contenders, each running `true` 50 times in turn\n")
+    print("| tool | jobs | wall s | jobs/s |")
+    print("|---|---|---|---|")
+    flockfile = os.path.join(tmp, "flock-tp")
+    open(flockfile, "w").close()
+    results = {}
+    for name, argv in [
+        ("flock -w 60 FILE true", ["flock", "-w", "60", flockfile, "true"]),
+        ("lockrun --wait 60s KEY -- true", [BIN, "-q", "-r", redis.unix, "-w", "60s", "tp", "--", "true"]),
+    ]:
+        def loop():
+            for _ in range(50):
+                subprocess.run(argv, env=ENV)
+        ts = [threading.Thread(target=loop) for _ in range(10)]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.perf_counter() - t0
+        results[name] = 500 / wall
+        print(f"| {name} | 500 | {wall:.2f} | {500 / wall:.0f} |")
+    a, b = results.values()
+    print(f"\nlockrun throughput is {b / a:.2f}x flock's in the same run.")
+
+
+def main():
+    parts = sys.argv[1:] or ["overhead", "roundtrips", "memory", "scale", "contention"]
+    print(f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
+          f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
+          f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}")
+    tmp = tempfile.mkdtemp(prefix="lockrun-bench-")
+    redis = Redis(tmp)
+    try:
+        for part in parts:
+            globals()[part](redis, tmp) if part in ("overhead", "memory", "contention") else globals()[part](redis)
+    finally:
+        redis.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
