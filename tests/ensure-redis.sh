@@ -13,6 +13,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server openssl >/dev/null
   echo ">>> installed: $(redis-server --version)" >&2
+fi
+# The TLS test makes its certificates with the openssl CLI.
+if ! command -v openssl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo ">>> openssl not found: installing it with apt-get (for the TLS test's certificates)" >&2
+  sudo=""; [ "$(id -u)" != 0 ] && sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
 fi

@@ -481,3 +481,24 @@ fn a_closed_stderr_does_not_stop_lockrun_from_releasing() {
     assert_eq!(status.code(), Some(0));
     assert!(!redis.exists("closed"));
 }
+
+#[test]
+fn rediss_urls_speak_tls_and_check_the_certificate() {
+    let redis = Redis::start_tls();
+    let ca = redis.dir.path().join("ca.crt");
+    // Trusting the test CA (rustls reads SSL_CERT_FILE like OpenSSL does): it works.
+    let mut cmd = lockrun(&redis);
+    cmd.env("SSL_CERT_FILE", &ca)
+        .args(["tls-key", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "1");
+    assert!(!redis.exists("tls-key"));
+    // Without it the certificate is refused: Redis unavailable, nothing run.
+    let mut cmd = lockrun(&redis);
+    cmd.env("SSL_CERT_FILE", redis.dir.path().join("server.key"))
+        .args(["tls-key", "--", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "");
+}

@@ -46,30 +46,50 @@ pub struct Redis {
     pub socket: PathBuf,
     pub port: Option<u16>,
     pub password: Option<String>,
+    pub tls: bool,
 }
 
 impl Redis {
     /// A server on a unix socket only.
     pub fn start() -> Redis {
-        Redis::launch(false, None)
+        Redis::launch(false, None, false)
     }
 
     /// A server on a unix socket and a free loopback TCP port.
     pub fn start_tcp() -> Redis {
-        Redis::launch(true, None)
+        Redis::launch(true, None, false)
     }
 
     pub fn start_with_password(password: &str) -> Redis {
-        Redis::launch(true, Some(password))
+        Redis::launch(true, Some(password), false)
     }
 
-    fn launch(tcp: bool, password: Option<&str>) -> Redis {
+    /// A server whose TCP port speaks only TLS, with a certificate for `localhost` signed by a
+    /// throwaway CA (`dir/ca.crt`); the unix socket stays plain for the test's own checks.
+    pub fn start_tls() -> Redis {
+        Redis::launch(true, None, true)
+    }
+
+    fn launch(tcp: bool, password: Option<&str>, tls: bool) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("redis.sock");
         let port = if tcp { Some(free_port()) } else { None };
         let mut cmd = Command::new(redis_server_binary());
+        if tls {
+            make_certificates(dir.path());
+            let path = |f: &str| dir.path().join(f);
+            cmd.arg("--tls-port")
+                .arg(port.unwrap().to_string())
+                .arg("--tls-cert-file")
+                .arg(path("server.crt"))
+                .arg("--tls-key-file")
+                .arg(path("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(path("ca.crt"))
+                .args(["--tls-auth-clients", "no"]);
+        }
         cmd.arg("--port")
-            .arg(port.unwrap_or(0).to_string())
+            .arg(if tls { 0 } else { port.unwrap_or(0) }.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--unixsocket")
             .arg(&socket)
@@ -91,6 +111,7 @@ impl Redis {
             socket,
             port,
             password: password.map(str::to_string),
+            tls,
         };
         redis.wait_ready();
         redis
@@ -113,6 +134,7 @@ impl Redis {
     /// The URL lockrun is given.
     pub fn url(&self) -> String {
         match (self.port, &self.password) {
+            (Some(port), _) if self.tls => format!("rediss://localhost:{port}"),
             (Some(port), Some(pw)) => format!("redis://:{pw}@127.0.0.1:{port}"),
             (Some(port), None) => format!("redis://127.0.0.1:{port}"),
             _ => format!("unix://{}", self.socket.display()),
@@ -164,6 +186,85 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A CA and a server certificate for localhost/127.0.0.1, made with the openssl CLI.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("openssl is needed for the TLS test (apt-get install openssl): {e}")
+            });
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=lockrun test CA",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
 }
 
 /// A loopback port nobody listens on right now.
