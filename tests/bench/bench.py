@@ -97,6 +97,17 @@ def hyperfine(commands, runs):
     return {r["command"]: r["times"] for r in data["results"]}
 
 
+def run_threads(target, n, args=lambda i: ()):
+    """Runs `target` on n threads at once; returns the wall time until all are done."""
+    threads = [threading.Thread(target=target, args=args(i)) for i in range(n)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
 def ms(x):
     return f"{x * 1000:.2f}"
 
@@ -294,13 +305,7 @@ def contention(redis, tmp):
                     counts[i] += r.returncode == 0
 
         before = redis.commandstats()
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(contenders)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = run_threads(worker, contenders, lambda i: (i,))
         d = delta(before, redis.commandstats(), TOP_LEVEL - {"info"})
         events.sort()
         handoffs, last_release = [], None
@@ -327,13 +332,7 @@ def contention(redis, tmp):
         def loop():
             for _ in range(50):
                 subprocess.run(argv, env=ENV)
-        ts = [threading.Thread(target=loop) for _ in range(10)]
-        t0 = time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        wall = time.perf_counter() - t0
+        wall = run_threads(loop, 10)
         results[name] = 500 / wall
         print(f"| {name} | 500 | {wall:.2f} | {500 / wall:.0f} |")
     a, b = results.values()

@@ -292,11 +292,7 @@ fn as_pid_1_it_reaps_zombies_and_keeps_the_exit_code() {
     cmd.args(["--pid", "--fork", "--mount-proc"])
         .arg(lockrun_bin())
         .args(["-r", &redis.url(), "pid1", "--", "sh", "-c", script]);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LOCKRUN_") {
-            cmd.env_remove(k);
-        }
-    }
+    without_lockrun_env(&mut cmd);
     let out = run(cmd);
     assert_eq!(stdout_of(&out).trim(), "zombies=0", "{}", stderr_of(&out));
     assert_eq!(out.status.code(), Some(42), "{}", stderr_of(&out));
@@ -334,11 +330,7 @@ impl Terminal {
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("LOCKRUN_") {
-                cmd.env_remove(k);
-            }
-        }
+        without_lockrun_env(&mut cmd);
         // SAFETY: setsid and ioctl are async-signal-safe; nothing allocates.
         unsafe {
             cmd.pre_exec(move || {

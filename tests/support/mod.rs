@@ -289,13 +289,18 @@ pub fn lockrun(redis: &Redis) -> Command {
 
 pub fn bare_lockrun() -> Command {
     let mut cmd = Command::new(lockrun_bin());
+    without_lockrun_env(&mut cmd);
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Removes every LOCKRUN_* variable the test process itself may have inherited.
+pub fn without_lockrun_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("LOCKRUN_") {
             cmd.env_remove(k);
         }
     }
-    cmd.stdin(Stdio::null());
-    cmd
 }
 
 /// Runs to completion (bounded by PATIENCE, then killed and failed) and captures output.
