@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure redis-server is on PATH, installing Debian/Ubuntu's package when it is missing.
+# Makes sure redis-server (and openssl, for the TLS test) is on PATH, installing Debian/Ubuntu's package when it is missing.
 # Sourced by tests/run.sh, tests/demo.sh and .ci/run; says what it does, never silently.
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ -n "${LOCKRUN_TEST_REDIS_SERVER:-}" ] && [ -x "$LOCKRUN_TEST_REDIS_SERVER" ]; then

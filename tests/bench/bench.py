@@ -18,7 +18,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "lockrun")
-PEERS = os.path.join(ROOT, "tests", "bench", "peers")
+WRAPPER = os.path.join(ROOT, "tests", "bench", "peers", "wrapper.py")
 PY = sys.executable
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
 
@@ -147,9 +147,9 @@ def overhead(redis, tmp):
     if etcd:
         fast["etcdctl lock KEY true"] = ["env", "ETCDCTL_API=3", "etcdctl", "--endpoints", endpoint, "lock", "bench-etcd", "true"]
     slow = {
-        "redis-py Lock": [PY, os.path.join(PEERS, "redispy_lock.py"), redis.tcp, "bench-py", "true"],
-        "python-redis-lock": [PY, os.path.join(PEERS, "python_redis_lock.py"), redis.tcp, "bench-prl", "true"],
-        "pottery Redlock": [PY, os.path.join(PEERS, "pottery_redlock.py"), redis.tcp, "bench-pot", "true"],
+        "redis-py Lock": [PY, WRAPPER, "redis-py", redis.tcp, "bench-py", "true"],
+        "python-redis-lock": [PY, WRAPPER, "python-redis-lock", redis.tcp, "bench-prl", "true"],
+        "pottery Redlock": [PY, WRAPPER, "pottery", redis.tcp, "bench-pot", "true"],
     }
     times = hyperfine(fast, 300)
     times.update(hyperfine(slow, 200))
@@ -206,9 +206,9 @@ def memory(redis, tmp):
     rows = {
         "lockrun": [BIN, "-q", "-r", redis.unix, "mem", "--", "sleep", "1"],
         "flock": ["flock", "-n", flockfile, "sleep", "1"],
-        "redis-py Lock": [PY, os.path.join(PEERS, "redispy_lock.py"), redis.tcp, "mem-py", "sleep", "1"],
-        "python-redis-lock": [PY, os.path.join(PEERS, "python_redis_lock.py"), redis.tcp, "mem-prl", "sleep", "1"],
-        "pottery Redlock": [PY, os.path.join(PEERS, "pottery_redlock.py"), redis.tcp, "mem-pot", "sleep", "1"],
+        "redis-py Lock": [PY, WRAPPER, "redis-py", redis.tcp, "mem-py", "sleep", "1"],
+        "python-redis-lock": [PY, WRAPPER, "python-redis-lock", redis.tcp, "mem-prl", "sleep", "1"],
+        "pottery Redlock": [PY, WRAPPER, "pottery", redis.tcp, "mem-pot", "sleep", "1"],
     }
     print("\n### Peak RSS of the wrapper while the command runs (VmHWM, max of 5 runs)\n")
     print("| wrapper | peak RSS |")
