@@ -1,6 +1,8 @@
 -- Extend our slot of a semaphore; never re-create one that expired or was removed.
 -- KEYS[1] semaphore key; ARGV[1] our holder value, ARGV[2] ttl in ms
 -- Returns 1 renewed | 0 not ours
+-- TIME before writes: needs effects replication on Redis < 5 (the default since 5).
+redis.replicate_commands()
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

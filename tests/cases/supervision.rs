@@ -99,10 +99,10 @@ fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
     let redis = Redis::start();
     let log = redis.dir.path().join("bg.log");
     // The direct child exits at once; its background grandchild ignores the SIGTERM lockrun then
-    // sends and works for ~2.5 s more (three TTLs). The lock must stay held, and renewed, until
+    // sends and works for ~3.6 s more (three TTLs). The lock must stay held, and renewed, until
     // it is gone.
     let script = format!(
-        "(trap 'echo got-TERM >> \"{log}\"' TERM; i=0; while [ $i -lt 25 ]; do sleep 0.1; i=$((i+1)); done; echo finished >> \"{log}\") & exit 4",
+        "(trap 'echo got-TERM >> \"{log}\"' TERM; i=0; while [ $i -lt 36 ]; do sleep 0.1; i=$((i+1)); done; echo finished >> \"{log}\") & exit 4",
         log = log.display()
     );
     let mut cmd = lockrun(&redis);
@@ -111,7 +111,7 @@ fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut lines_ = wait_for_line(&mut child, "process group lives on");
     let value: String = redis.cmd(&["GET", "bg"]);
-    for _ in 0..4 {
+    for _ in 0..8 {
         thread::sleep(Duration::from_millis(400));
         if lines(&log).contains(&"finished".to_string()) {
             break;
