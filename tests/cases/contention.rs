@@ -184,7 +184,7 @@ fn semaphore_holders_get_increasing_fences_and_conflict_when_full() {
             "--",
             "sh",
             "-c",
-            "echo $LOCKRUN_FENCE; sleep 2",
+            "echo $LOCKRUN_FENCE; sleep 4",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -101,25 +101,45 @@ fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
     // The direct child exits at once; its background grandchild ignores the SIGTERM lockrun then
     // sends and works for ~3.6 s more (three TTLs). The lock must stay held, and renewed, until
     // it is gone.
+    // (The child exits only once the grandchild's trap is set, or SIGTERM could beat it.)
+    let ready = redis.dir.path().join("bg.ready");
     let script = format!(
-        "(trap 'echo got-TERM >> \"{log}\"' TERM; i=0; while [ $i -lt 36 ]; do sleep 0.1; i=$((i+1)); done; echo finished >> \"{log}\") & exit 4",
-        log = log.display()
+        "(trap 'echo got-TERM >> \"{log}\"' TERM; touch '{ready}'; i=0; while [ $i -lt 36 ]; do sleep 0.1; i=$((i+1)); done; echo finished >> \"{log}\") & \
+         while [ ! -e '{ready}' ]; do sleep 0.01; done; exit 4",
+        log = log.display(),
+        ready = ready.display()
     );
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "800ms", "--kill-after", "20s", "bg", "--", "sh", "-c"])
-        .arg(script);
+    cmd.args([
+        "-t",
+        "1200ms",
+        "--kill-after",
+        "20s",
+        "bg",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(script);
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut lines_ = wait_for_line(&mut child, "process group lives on");
     let value: String = redis.cmd(&["GET", "bg"]);
     for _ in 0..8 {
         thread::sleep(Duration::from_millis(400));
-        if lines(&log).contains(&"finished".to_string()) {
+        // Read the key first: the release comes strictly after the grandchild wrote "finished"
+        // and exited, so a missing key with no "finished" yet means it was released too early.
+        let now: Option<String> = redis.cmd(&["GET", "bg"]);
+        if now.is_none() {
+            assert!(
+                lines(&log).contains(&"finished".to_string()),
+                "released while the grandchild ran"
+            );
             break;
         }
         assert_eq!(
-            redis.cmd::<Option<String>>(&["GET", "bg"]).as_deref(),
+            now.as_deref(),
             Some(value.as_str()),
-            "still held while the grandchild runs"
+            "still held, by the same holder"
         );
     }
     let status = wait_timeout(&mut child, PATIENCE).unwrap();
@@ -138,8 +158,8 @@ fn leftover_group_members_are_killed_after_kill_after() {
     let redis = Redis::start();
     let ready = redis.dir.path().join("stubborn.ready");
     let script = format!(
-        "(trap '' TERM; touch '{}'; while :; do sleep 0.1; done) & sleep 0.3; exit 0",
-        ready.display()
+        "(trap '' TERM; touch '{r}'; while :; do sleep 0.1; done) & while [ ! -e '{r}' ]; do sleep 0.01; done; exit 0",
+        r = ready.display()
     );
     let mut cmd = lockrun(&redis);
     cmd.args(["--kill-after", "500ms", "stubborn", "--", "sh", "-c"])
@@ -264,7 +284,7 @@ fn subreaper_adopts_and_reaps_orphans() {
     let ready = redis.dir.path().join("orphan.ready");
     // The inner shell starts a background `sleep` and exits: the sleep is orphaned, adopted by
     // lockrun (not init), and must be reaped when it exits while the job still runs.
-    let script = format!("sh -c 'sleep 0.6 & touch \"{}\"'; sleep 3", ready.display());
+    let script = format!("sh -c 'sleep 1.5 & touch \"{}\"'; sleep 6", ready.display());
     let mut cmd = lockrun(&redis);
     cmd.args(["--subreaper", "reap", "--", "sh", "-c"])
         .arg(script);
@@ -274,7 +294,7 @@ fn subreaper_adopts_and_reaps_orphans() {
     eventually("the orphan to be adopted by lockrun", || {
         child_pids(me).len() >= 2
     });
-    thread::sleep(Duration::from_millis(1200));
+    thread::sleep(Duration::from_millis(2500));
     assert_eq!(child_pids(me).len(), 1, "only the direct child is left");
     assert_eq!(zombie_children(me), 0);
     assert_eq!(wait_timeout(&mut child, PATIENCE).unwrap().code(), Some(0));
@@ -285,7 +305,7 @@ fn as_pid_1_it_reaps_zombies_and_keeps_the_exit_code() {
     let redis = Redis::start();
     // unshare(1) makes lockrun PID 1 of a new PID namespace, as in a container. The job leaves
     // an orphan behind, waits for it to die, then counts zombies in the namespace.
-    let script = "sh -c 'sleep 0.3 &'; sleep 1.2; \
+    let script = "sh -c 'sleep 0.3 &'; sleep 2; \
                   z=0; for s in /proc/[0-9]*/stat; do case $(cut -d' ' -f3 $s 2>/dev/null) in Z) z=$((z+1));; esac; done; \
                   echo zombies=$z; exit 42";
     let mut cmd = Command::new("unshare");
@@ -455,7 +475,7 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
     let rc = redis.dir.path().join("tstp.rc");
     let url = redis.url();
     let script = format!(
-        "touch '{}'; i=0; while [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); done; echo done > '{}'",
+        "touch '{}'; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done > '{}'",
         ready.display(),
         out.display()
     );
