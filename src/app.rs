@@ -50,7 +50,7 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
                     }
                 };
                 let pending = std::future::pending::<()>();
-                return supervisor::supervise(job, signals, pending, false, args.kill_after).await;
+                return supervisor::supervise(job, signals, pending, false).await;
             }
             Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
             Err(e) => return unavailable(&e),
@@ -81,7 +81,7 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         Ok(job) => {
             let lost = watchdog::run(&mut lock, &spec, &lease);
             let terminate = args.on_lost == OnLost::Terminate;
-            supervisor::supervise(job, signals, lost, terminate, args.kill_after).await
+            supervisor::supervise(job, signals, lost, terminate).await
         }
         Err(e) => {
             error!("{e}");

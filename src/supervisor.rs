@@ -66,6 +66,7 @@ pub struct Job {
     /// The terminal we handed to the job's group (and must take back).
     tty: Option<RawFd>,
     status: Option<ExitCode>,
+    kill_after: Duration,
 }
 
 /// Makes this process a child subreaper: orphaned descendants are re-parented to us instead of
@@ -165,6 +166,7 @@ impl Job {
             reap_all: opts.reap_all,
             tty,
             status: None,
+            kill_after: opts.kill_after,
         })
     }
 
@@ -311,7 +313,7 @@ fn group_has_live_member(pgid: i32) -> bool {
 /// lock is lost; then, with `terminate_on_lost`, the job is stopped and the result is 76.
 ///
 /// After the command itself exits, leftover members of its group get SIGTERM, then SIGKILL
-/// after `kill_after`; this returns only when none is alive, so the caller releases the lock
+/// after `--kill-after`; this returns only when none is alive, so the caller releases the lock
 /// only once the whole job is gone. The lock keeps being renewed meanwhile (`lost` is still
 /// polled).
 pub async fn supervise(
@@ -319,8 +321,8 @@ pub async fn supervise(
     signals: &mut Signals,
     lost: impl Future<Output = ()>,
     terminate_on_lost: bool,
-    kill_after: Duration,
 ) -> ExitCode {
+    let kill_after = job.kill_after;
     let mut lost = std::pin::pin!(lost);
     let mut lost_seen = false;
     let mut terminated_for_loss = false;
