@@ -1,24 +1,21 @@
 #!/usr/bin/env bash
-# Makes sure redis-server (and openssl, for the TLS test) is on PATH, installing Debian/Ubuntu's package when it is missing.
-# Sourced by tests/run.sh, tests/demo.sh and .ci/run; says what it does, never silently.
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ -n "${LOCKRUN_TEST_REDIS_SERVER:-}" ] && [ -x "$LOCKRUN_TEST_REDIS_SERVER" ]; then
-    return 0 2>/dev/null || exit 0
-  fi
-  echo ">>> redis-server not found: installing it with apt-get (package redis-server)" >&2
+# Makes sure the tests' system tools are on PATH: redis-server (every end-to-end test) and
+# openssl (the TLS test's certificates). Installs Debian/Ubuntu's packages when one is missing,
+# and says so: never silently. Sourced by tests/run.sh, tests/demo.sh and tests/bench/run.sh.
+lockrun_missing=()
+if ! command -v redis-server >/dev/null 2>&1 && ! [ -x "${LOCKRUN_TEST_REDIS_SERVER:-}" ]; then
+  lockrun_missing+=(redis-server)
+fi
+command -v openssl >/dev/null 2>&1 || lockrun_missing+=(openssl)
+if [ ${#lockrun_missing[@]} -gt 0 ]; then
+  echo ">>> not found: ${lockrun_missing[*]}; installing with apt-get" >&2
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo ">>> no apt-get here: install redis-server with your package manager, or set LOCKRUN_TEST_REDIS_SERVER" >&2
+    echo ">>> no apt-get here: install ${lockrun_missing[*]} with your package manager (or set LOCKRUN_TEST_REDIS_SERVER)" >&2
     return 1 2>/dev/null || exit 1
   fi
-  sudo=""
-  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server openssl >/dev/null
-  echo ">>> installed: $(redis-server --version)" >&2
-fi
-# The TLS test makes its certificates with the openssl CLI.
-if ! command -v openssl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  echo ">>> openssl not found: installing it with apt-get (for the TLS test's certificates)" >&2
-  sudo=""; [ "$(id -u)" != 0 ] && sudo="sudo"
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  lockrun_sudo=""
+  [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
+  $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${lockrun_missing[@]}" >/dev/null
+  command -v redis-server >/dev/null 2>&1 && echo ">>> installed: $(redis-server --version)" >&2
 fi

@@ -18,6 +18,7 @@ command -v etcdctl >/dev/null || need+=(etcd-client)
 if [ ${#need[@]} -gt 0 ]; then
   echo ">>> installing benchmark tools with apt-get: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 venv=target/bench-venv
