@@ -139,7 +139,16 @@ fn is_transient(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || matches!(
             e.code(),
-            Some("READONLY" | "LOADING" | "MASTERDOWN" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN")
+            Some(
+                "READONLY"
+                    | "LOADING"
+                    | "MASTERDOWN"
+                    | "BUSY"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "OOM"
+                    | "NOREPLICAS"
+            )
         )
 }
 
