@@ -210,6 +210,9 @@ def memory(redis, tmp):
         "python-redis-lock": [PY, WRAPPER, "python-redis-lock", redis.tcp, "mem-prl", "sleep", "1"],
         "pottery Redlock": [PY, WRAPPER, "pottery", redis.tcp, "mem-pot", "sleep", "1"],
     }
+    etcd, endpoint = start_etcd(tmp)
+    if etcd:
+        rows["etcdctl lock"] = ["env", "ETCDCTL_API=3", "etcdctl", "--endpoints", endpoint, "lock", "mem-etcd", "sleep", "1"]
     print("\n### Peak RSS of the wrapper while the command runs (VmHWM, max of 5 runs)\n")
     print("| wrapper | peak RSS |")
     print("|---|---|")
@@ -221,6 +224,8 @@ def memory(redis, tmp):
             peaks.append(vm_hwm_kib(p.pid) or 0)
             p.wait()
         print(f"| {name} | {max(peaks) / 1024:.1f} MiB |")
+    if etcd:
+        etcd.kill()
     size = os.path.getsize(BIN)
     print(f"\nRelease binary (stripped, LTO): {size / 1024 / 1024:.2f} MiB ({size} bytes).")
     cold = []
