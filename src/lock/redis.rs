@@ -83,6 +83,23 @@ impl RedisLock {
         ))
     }
 
+    /// Awaits `fut` for at most the request timeout; both a failure and the timeout mean
+    /// "unavailable", the latter described by `what` (e.g. "no connection").
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.unavailable(&e)),
+            Err(_) => Err(LockError::Unavailable(format!(
+                "Redis at {} unavailable: {what} within {:?}",
+                self.shown, self.timeout
+            ))),
+        }
+    }
+
     async fn connection(&mut self) -> Result<MultiplexedConnection, LockError> {
         if let Some(c) = &self.conn {
             return Ok(c.clone());
@@ -91,16 +108,7 @@ impl RedisLock {
         let fut = self
             .client
             .get_multiplexed_async_connection_with_config(&self.config);
-        let conn = match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(self.unavailable(&e)),
-            Err(_) => {
-                return Err(LockError::Unavailable(format!(
-                    "Redis at {} unavailable: no connection within {:?}",
-                    self.shown, self.timeout
-                )))
-            }
-        };
+        let conn = self.bounded("no connection", fut).await?;
         self.conn = Some(conn.clone());
         Ok(conn)
     }
@@ -155,21 +163,10 @@ fn is_transient(e: &redis::RedisError) -> bool {
 impl LockService for RedisLock {
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError> {
         let fut = self.client.get_async_pubsub();
-        let mut pubsub = match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return Err(self.unavailable(&e)),
-            Err(_) => {
-                return Err(LockError::Unavailable(format!(
-                    "Redis at {} unavailable: no connection within {:?}",
-                    self.shown, self.timeout
-                )))
-            }
-        };
-        match tokio::time::timeout(self.timeout, pubsub.subscribe(wake_channel(&spec.key))).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(self.unavailable(&e)),
-            Err(_) => return Err(LockError::Unavailable("SUBSCRIBE timed out".into())),
-        }
+        let mut pubsub = self.bounded("no connection", fut).await?;
+        let channel = wake_channel(&spec.key);
+        self.bounded("no SUBSCRIBE reply", pubsub.subscribe(channel))
+            .await?;
         self.wake = Some(pubsub);
         Ok(())
     }
