@@ -24,7 +24,10 @@ use exit_codes::ExitCode;
 
 /// Everything `main` does; returns the process exit code.
 pub fn main() -> i32 {
-    run().code()
+    let code = run().code();
+    // Lines still queued for a slow stderr reader; bounded, and after the lock is released.
+    logging::flush();
+    code
 }
 
 fn run() -> ExitCode {

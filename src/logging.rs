@@ -1,6 +1,9 @@
 //! lockrun's own log lines. They all go to stderr: stdout belongs to the command.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::collections::VecDeque;
+use std::io::Write;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -33,7 +36,7 @@ pub fn init(
         }
     };
     let builder = tracing_subscriber::fmt()
-        .with_writer(|| QuietStderr)
+        .with_writer(|| QueuedStderr)
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false);
@@ -50,13 +53,150 @@ pub fn init(
     result.map_err(|e| format!("cannot initialise logging: {e}"))
 }
 
-/// stderr that swallows write errors: a closed or full log pipe (cron's mailer gone, a
-/// collector restarted) must never stop lockrun from supervising the job and releasing the lock.
-struct QuietStderr;
+/// Lines waiting for the writer thread; beyond this many, the oldest are dropped (and counted),
+/// so memory stays bounded however long stderr stays blocked.
+const QUEUE_LINES: usize = 512;
 
-impl std::io::Write for QuietStderr {
+/// If stderr accepts nothing for this long, lockrun exits without the rest of its lines.
+const EXIT_FLUSH_STALL: Duration = Duration::from_secs(1);
+
+/// lockrun's log output. Lines are handed to a writer thread and never written by the thread
+/// that supervises the job: when whatever reads stderr stalls (a log shipper, a cron mailer, a
+/// pipe nobody drains), a write blocks, and a blocked supervisor would stop renewing the lease
+/// and stop terminating the job when the lock is lost. A full queue drops its oldest lines (the
+/// latest say how the run ended) and the writer reports how many when it catches up.
+struct Sink {
+    state: Mutex<Queue>,
+    /// Signalled when a line is queued (for the writer) and when one is written (for flush).
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<Vec<u8>>,
+    dropped: u64,
+    /// A line is being written right now (taken from `lines` but not finished).
+    writing: bool,
+    /// Counts finished writes, so `flush` can tell a slow reader from a stalled one.
+    written: u64,
+    writer_started: bool,
+}
+
+static SINK: Sink = Sink {
+    state: Mutex::new(Queue {
+        lines: VecDeque::new(),
+        dropped: 0,
+        writing: false,
+        written: 0,
+        writer_started: false,
+    }),
+    changed: Condvar::new(),
+};
+
+impl Queue {
+    /// Queues one line, dropping (and counting) the oldest when the queue is full.
+    fn enqueue(&mut self, line: &[u8]) {
+        if self.lines.len() >= QUEUE_LINES {
+            self.lines.pop_front();
+            self.dropped += 1;
+        }
+        self.lines.push_back(line.to_vec());
+    }
+}
+
+fn queue() -> MutexGuard<'static, Queue> {
+    // A panic while holding the lock cannot leave the queue inconsistent; keep logging.
+    SINK.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Sink {
+    fn push(&self, line: &[u8]) {
+        let mut q = queue();
+        q.enqueue(line);
+        if !q.writer_started {
+            // Started on the first line, not at start-up: a run that logs nothing (`-q` and a
+            // conflict) never pays for the thread.
+            q.writer_started = std::thread::Builder::new()
+                .name("log".into())
+                .stack_size(64 * 1024)
+                .spawn(writer)
+                .is_ok();
+            if !q.writer_started {
+                // No thread (resource limits): fall back to writing here; better a log line
+                // that may block than no log at all.
+                let lines: Vec<_> = q.lines.drain(..).collect();
+                drop(q);
+                for l in lines {
+                    let _ = std::io::stderr().write_all(&l);
+                }
+                return;
+            }
+        }
+        drop(q);
+        self.changed.notify_all();
+    }
+}
+
+/// The writer thread: the only place that blocks on stderr.
+fn writer() {
+    let mut stderr = std::io::stderr();
+    loop {
+        let (line, dropped) = {
+            let mut q = queue();
+            while q.lines.is_empty() {
+                q = SINK.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            q.writing = true;
+            (q.lines.pop_front(), std::mem::take(&mut q.dropped))
+        };
+        if dropped > 0 {
+            // Logged through tracing so it has the run's format (text or JSON); it lands in
+            // the queue behind the lines that follow the gap, close enough to show where it was.
+            tracing::warn!(dropped, "log lines dropped: stderr was not being read");
+        }
+        if let Some(line) = line {
+            // Errors are swallowed: a closed stderr must not stop anything either.
+            let _ = stderr.write_all(&line);
+        }
+        let mut q = queue();
+        q.writing = false;
+        q.written += 1;
+        drop(q);
+        SINK.changed.notify_all();
+    }
+}
+
+/// Waits until every queued line is written, giving up when stderr accepts nothing for
+/// [`EXIT_FLUSH_STALL`]: lockrun's own lines must not be lost on a slow reader, and a dead one
+/// must not keep it from exiting. Called once, at exit, after the lock is released.
+pub fn flush() {
+    let mut q = queue();
+    let mut seen = q.written;
+    let mut since = Instant::now();
+    while q.writer_started && (!q.lines.is_empty() || q.writing || q.dropped > 0) {
+        if q.written != seen {
+            seen = q.written;
+            since = Instant::now();
+        }
+        let left = EXIT_FLUSH_STALL.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        q = SINK
+            .changed
+            .wait_timeout(q, left)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}
+
+/// What tracing-subscriber writes each formatted event to: one `write_all` per event, so one
+/// call is one whole line.
+struct QueuedStderr;
+
+impl std::io::Write for QueuedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
+        SINK.push(buf);
         Ok(buf.len())
     }
 
@@ -97,7 +237,23 @@ fn format_utc(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::format_utc;
+    use super::{format_utc, Queue, QUEUE_LINES};
+
+    #[test]
+    fn a_full_queue_drops_the_oldest_lines_and_counts_them() {
+        let mut q = Queue::default();
+        for i in 0..QUEUE_LINES + 3 {
+            q.enqueue(format!("{i}\n").as_bytes());
+        }
+        assert_eq!(q.lines.len(), QUEUE_LINES);
+        assert_eq!(q.dropped, 3);
+        // The newest lines survive: they say how the run ended.
+        assert_eq!(q.lines.front().unwrap(), b"3\n");
+        assert_eq!(
+            q.lines.back().unwrap(),
+            format!("{}\n", QUEUE_LINES + 2).as_bytes()
+        );
+    }
 
     #[test]
     fn utc_formatting() {
