@@ -5,6 +5,7 @@
 
 use crate::duration::{self, Wait};
 use crate::exit_codes::ExitCode;
+use crate::lock::redis::RESERVED_PREFIX;
 use crate::logging::Format;
 use clap::Parser;
 use std::ffi::OsString;
@@ -99,7 +100,7 @@ pub struct Args {
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT")]
     pub log_format: Format,
 
-    /// Lock name; used as the Redis key exactly as given
+    /// Lock name; used as the Redis key exactly as given (names starting with 'lockrun:' are reserved)
     #[arg(value_name = "KEY", value_parser = parse_key)]
     pub key: String,
 
@@ -132,6 +133,13 @@ fn parse_min_hold(s: &str) -> Result<Duration, String> {
 fn parse_key(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         return Err("the lock key must not be empty".into());
+    }
+    // lockrun's own keys (fencing counter, waiter queue) live under this prefix; a lock there
+    // could be, or corrupt, another lock's bookkeeping.
+    if s.starts_with(RESERVED_PREFIX) {
+        return Err(format!(
+            "lock names starting with '{RESERVED_PREFIX}' are reserved for lockrun's own keys"
+        ));
     }
     Ok(s.to_string())
 }
@@ -201,6 +209,7 @@ mod tests {
             &["-E", "300", "k", "true"],
             &["--on-lost", "explode", "k", "true"],
             &["--limit", "0", "k", "true"],
+            &["lockrun:fence:{k}", "true"],
         ] {
             assert_eq!(parse(args).err(), Some(ExitCode::Usage), "{args:?}");
         }

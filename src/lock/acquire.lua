@@ -2,26 +2,32 @@
 -- KEYS[1] lock, KEYS[2] fencing counter (never expires), KEYS[3] queue, KEYS[4] ticket expiries
 -- ARGV[1] holder value "<token> host=... pid=... started=...", ARGV[2] ttl ms, ARGV[3] token,
 -- ARGV[4] ticket ms (0: not waiting, do not queue)
--- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused
--- (pttl -2: the lock is free but promised to the head of the queue)
+-- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused |
+-- {-2, helper key} a helper key spoiled by hand (pttl -2: the lock is free but promised to the
+-- head of the queue). Nothing is written before every check has passed.
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
-local now = now_ms()
+local counter = read_fence(KEYS[2])
+if not counter then return {-2, KEYS[2]} end
+local bad = bad_queue(KEYS[3], KEYS[4])
+if bad then return {-2, bad} end
+local us = now_us()
+local now = math.floor(us / 1000)
 prune_queue(KEYS[3], KEYS[4], now)
 local current = false
 if kind == 'string' then current = redis.call('GET', KEYS[1]) end
 if current == ARGV[1] then
   -- Our own earlier attempt succeeded but its reply was lost: still ours. A fresh fence keeps
-  -- the counter strictly increasing; the number we never received was never used.
+  -- numbers strictly increasing; the number we never received was never used.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   dequeue(KEYS[3], KEYS[4], ARGV[3])
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, next_fence(KEYS[2], counter, us)}
 end
 -- Free, and nobody queued ahead of us: no barging past waiters, so none starves.
 if not current and rank(KEYS[3], ARGV[3]) == 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   dequeue(KEYS[3], KEYS[4], ARGV[3])
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, next_fence(KEYS[2], counter, us)}
 end
 local ticket = tonumber(ARGV[4])
 if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) end

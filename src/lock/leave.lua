@@ -2,6 +2,8 @@
 -- ticket expires, and if the lock is free, pass the turn on. After the queue prelude.
 -- KEYS[1] lock or semaphore, KEYS[2] queue, KEYS[3] ticket expiries
 -- ARGV[1] token, ARGV[2] limit (0: plain lock), ARGV[3] wake channel
+local bad = bad_queue(KEYS[2], KEYS[3])
+if bad then return {-2, bad} end
 dequeue(KEYS[2], KEYS[3], ARGV[1])
 local limit = tonumber(ARGV[2])
 local busy

@@ -8,9 +8,45 @@
 -- the server's clock (TIME); clients' clocks are never compared.
 redis.replicate_commands()
 
-local function now_ms()
+-- The server clock in microseconds (exact in a Lua number until the year 2255).
+local function now_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- Validation comes before any write: Redis does not undo a script's earlier writes when a later
+-- command fails, so a script that fails halfway would leave a lock nobody holds. These keys are
+-- lockrun's own (no lock name can reach them); only a hand edit can spoil them.
+-- Returns the first of the queue keys that is not a sorted set (or absent), else nil.
+local function bad_queue(q, e)
+  for _, k in ipairs({q, e}) do
+    local t = redis.call('TYPE', k).ok
+    if t ~= 'none' and t ~= 'zset' then return k end
+  end
+end
+
+-- The fencing counter's value (0 when absent), or nil when it is not a whole number we could
+-- have written.
+local function read_fence(f)
+  local t = redis.call('TYPE', f).ok
+  if t == 'none' then return 0 end
+  if t ~= 'string' then return nil end
+  local n = tonumber(redis.call('GET', f))
+  if n and n >= 0 and n < 9007199254740992 and n == math.floor(n) then return n end
+end
+
+-- The next fencing number: above every number this counter handed out, and at least the server
+-- clock in microseconds. So when the counter vanishes (a restart without persistence, a failover
+-- to a lagging replica, a restored snapshot) numbers resume above every one handed out before,
+-- provided the server's clock has not gone back by more than the time since that number.
+local function next_fence(f, counter, us)
+  local n = math.max(counter + 1, us)
+  redis.call('SET', f, string.format('%.0f', n))
+  return n
 end
 
 local function prune_queue(q, e, now)

@@ -249,6 +249,17 @@ impl LockService for RedisLock {
                     ),
                 }))
             }
+            (Some(Value::Int(-2)), Some(key)) => {
+                let key = as_string(key).unwrap_or_default();
+                Err(LockError::Misuse(if key == keys.fence {
+                    format!(
+                        "the fencing counter '{key}' is not a whole number (changed by hand?); delete it: \
+                         fencing numbers then resume above the server's clock, so they still increase"
+                    )
+                } else {
+                    format!("the waiter queue key '{key}' is not a sorted set (changed by hand?); delete it")
+                }))
+            }
             _ => Err(unexpected(&Value::Array(items))),
         }
     }
@@ -372,23 +383,30 @@ struct Keys {
 impl Keys {
     fn of(key: &str) -> Keys {
         Keys {
-            fence: sibling_key(key, "fence"),
-            queue: sibling_key(key, "waiters"),
-            tickets: sibling_key(key, "tickets"),
+            fence: helper_key(key, "fence"),
+            queue: helper_key(key, "waiters"),
+            tickets: helper_key(key, "tickets"),
             channel: wake_channel(key),
         }
     }
 }
 
-/// A key that must live in the same Redis Cluster hash slot as the lock key, so one script can
-/// touch both. A key with a hash tag (`{...}`) keeps it; any other key becomes the hash tag.
-/// (A key containing `}` but no tag cannot be wrapped; it gets a plain suffix, which is fine on
-/// a single server or Sentinel.)
-pub fn sibling_key(key: &str, suffix: &str) -> String {
+/// Every key lockrun keeps beside a lock starts with this; lock names may not (see
+/// `cli::parse_key`), so no lock can ever be another lock's counter or queue.
+pub const RESERVED_PREFIX: &str = "lockrun:";
+
+/// `lockrun:<what>:{KEY}` for a plain key, `lockrun:<what>:=KEY` for one that has a hash tag of
+/// its own (or a `}` that makes wrapping impossible). The character after `<what>:` tells the two
+/// forms apart, so different lock names never share a helper key. Either form lives in the
+/// same Redis Cluster hash slot as KEY where that is possible: `{KEY}` hashes like KEY, and in
+/// the raw form KEY's own tag is the first `{...}` of the helper key. (A key with a `}` but no
+/// tag, like `a}b`, hashes whole; its helpers cannot share its slot, which only matters on a
+/// Cluster.)
+pub fn helper_key(key: &str, what: &str) -> String {
     if has_hash_tag(key) || key.contains('}') {
-        format!("{key}:{suffix}")
+        format!("{RESERVED_PREFIX}{what}:={key}")
     } else {
-        format!("{{{key}}}:{suffix}")
+        format!("{RESERVED_PREFIX}{what}:{{{key}}}")
     }
 }
 
@@ -462,14 +480,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fence_key_shares_the_slot() {
-        assert_eq!(sibling_key("nightly", "fence"), "{nightly}:fence");
+    fn helper_keys_share_the_slot_and_never_collide() {
+        assert_eq!(helper_key("nightly", "fence"), "lockrun:fence:{nightly}");
         assert_eq!(
-            sibling_key("job:{tenant1}:x", "fence"),
-            "job:{tenant1}:x:fence"
+            helper_key("job:{tenant1}:x", "fence"),
+            "lockrun:fence:=job:{tenant1}:x"
         );
-        assert_eq!(sibling_key("a{}b", "waiters"), "a{}b:waiters");
-        assert_eq!(sibling_key("a}b", "fence"), "a}b:fence");
+        assert_eq!(helper_key("a{}b", "waiters"), "lockrun:waiters:=a{}b");
+        assert_eq!(helper_key("a}b", "fence"), "lockrun:fence:=a}b");
+        assert_eq!(helper_key("a{b", "fence"), "lockrun:fence:{a{b}");
+        // The old scheme gave `a` and `{a}` one counter; the marker keeps them apart.
+        assert_ne!(helper_key("a", "fence"), helper_key("{a}", "fence"));
+        assert_ne!(helper_key("a", "fence"), helper_key("{a}:fence", "fence"));
     }
 
     #[test]

@@ -10,6 +10,8 @@ if keep > 0 then
   return 2
 end
 redis.call('DEL', KEYS[1])
+-- A queue spoiled by hand is left alone (its waiters are told so by their acquire).
+if bad_queue(KEYS[2], KEYS[3]) then return 1 end
 -- Wake the head of the queue only. A hint: it re-checks with acquire, so a lost message costs
 -- latency (until its next ticket renewal), never safety.
 prune_queue(KEYS[2], KEYS[3], now_ms())

@@ -4,10 +4,16 @@
 -- KEYS[1] semaphore, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] token, ARGV[4] ticket ms, ARGV[5] limit,
 -- ARGV[6] wake channel
--- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type}
+-- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
+-- {-2, helper key}. Nothing is written before every check has passed.
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'zset' then return {-1, kind} end
-local now = now_ms()
+local counter = read_fence(KEYS[2])
+if not counter then return {-2, KEYS[2]} end
+local bad = bad_queue(KEYS[3], KEYS[4])
+if bad then return {-2, bad} end
+local us = now_us()
+local now = math.floor(us / 1000)
 local ttl = tonumber(ARGV[2])
 -- Holders that died without releasing stop counting the moment their lease ends.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -22,7 +28,7 @@ if mine or rank(KEYS[3], ARGV[3]) < free then
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   -- More slots free: the next waiter need not wait for a release.
   if not mine and free > 1 then wake_head(KEYS[3], ARGV[6]) end
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, next_fence(KEYS[2], counter, us)}
 end
 local ticket = tonumber(ARGV[4])
 if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) end

@@ -14,6 +14,8 @@ if keep > 0 then
   return 2
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+-- A queue spoiled by hand is left alone (its waiters are told so by their acquire).
+if bad_queue(KEYS[2], KEYS[3]) then return 1 end
 prune_queue(KEYS[2], KEYS[3], now)
 wake_head(KEYS[2], ARGV[3])
 return 1

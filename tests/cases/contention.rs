@@ -86,7 +86,7 @@ fn wait_timeout_exits_75_and_leaves_the_queue() {
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("redis lock already acquired"));
     assert_eq!(stdout_of(&out), "");
-    assert!(!redis.exists("{busy}:waiters"), "gave its place up");
+    assert!(!redis.exists("lockrun:waiters:{busy}"), "gave its place up");
     assert_eq!(redis.cmd::<String>(&["GET", "busy"]), "other");
 }
 
