@@ -7,8 +7,8 @@ use crate::exit_codes::ExitCode;
 use crate::lock::redis::RedisLock;
 use crate::lock::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release};
 use crate::signals::{self, Signals};
-use crate::supervisor::{self, Job};
-use crate::watchdog;
+use crate::supervisor::{self, Guard, Job, SpawnError};
+use crate::watchdog::{self, Deadline, Lost};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -34,23 +34,28 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
     };
     let opts = supervisor::Options {
         group: !args.no_group,
-        reap_all: args.subreaper || std::process::id() == 1,
+        // A subreaper bit inherited across exec (from a supervisor that set it and exec'd us)
+        // makes orphans ours too: they must be reaped or they pile up as zombies.
+        reap_all: args.subreaper
+            || std::process::id() == 1
+            || nix::sys::prctl::get_child_subreaper().unwrap_or(false),
         kill_after: args.kill_after,
+        mask: signals.original_mask(),
     };
 
     if let Some(token) = reentrant_token(&spec.key) {
         match lock.is_held_by(&spec, &token).await {
             Ok(true) => {
                 info!(key = %spec.key, "redis lock already held by this job (reentrant)");
-                let job = match Job::spawn(&args.command, &[], &opts) {
+                let job = match Job::spawn(&args.command, &[], &opts, None) {
                     Ok(job) => job,
                     Err(e) => {
                         error!("{e}");
                         return e.exit_code();
                     }
                 };
-                let pending = std::future::pending::<()>();
-                return supervisor::supervise(job, signals, pending, false).await;
+                type Unguarded = std::future::Pending<Lost>;
+                return supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
             }
             Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
             Err(e) => return unavailable(&e),
@@ -58,39 +63,69 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
     }
 
     let holder = Holder::new();
-    let lease = match acquire(&mut lock, &spec, &holder, args.wait, signals).await {
-        Ok(lease) => lease,
-        Err(Failed::Conflict) => return ExitCode::Conflict(args.conflict_exit_code),
-        Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
-        Err(Failed::Code(code)) => return code,
+    let waiting = !args.wait.is_zero();
+    let wait_until = match args.wait {
+        Wait::For(d) => Some(Instant::now() + d),
+        Wait::Forever => None,
     };
-    info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
-
-    let env = [
-        ("LOCKRUN_KEY", spec.key.clone()),
-        ("LOCKRUN_TOKEN", holder.token.clone()),
-        ("LOCKRUN_FENCE", lease.fence.to_string()),
-    ];
-    // A signal that arrived while we were acquiring: the job must not start.
-    if let Some(sig) = signals.take_abort() {
-        info!(signal = %signals::name(sig), "interrupted before the command started");
-        release(&mut lock, &spec, &lease, Duration::ZERO).await;
-        return ExitCode::Aborted(sig);
+    if waiting {
+        // Before the first attempt: a release between our attempt and our sleep is not missed.
+        if let Err(e) = lock.subscribe_wakeups(&spec).await {
+            return unavailable(&e);
+        }
     }
-    let code = match Job::spawn(&args.command, &env, &opts) {
-        Ok(job) => {
-            let lost = watchdog::run(&mut lock, &spec, &lease);
-            let terminate = args.on_lost == OnLost::Terminate;
-            supervisor::supervise(job, signals, lost, terminate).await
+    let grace = watchdog::loss_grace(spec.ttl, args.kill_after);
+    if grace < args.kill_after && args.on_lost == OnLost::Terminate {
+        info!(kill_after = %Human(args.kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
+              "--kill-after is longer than TTL/3: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
+    }
+    loop {
+        let lease = match acquire(&mut lock, &spec, &holder, wait_until, waiting, signals).await {
+            Ok(lease) => lease,
+            Err(Failed::Conflict) => return ExitCode::Conflict(args.conflict_exit_code),
+            Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
+            Err(Failed::Code(code)) => return code,
+        };
+        info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
+
+        let env = [
+            ("LOCKRUN_KEY", spec.key.clone()),
+            ("LOCKRUN_TOKEN", holder.token.clone()),
+            ("LOCKRUN_FENCE", lease.fence.to_string()),
+        ];
+        // A signal that arrived while we were acquiring: the job must not start.
+        if let Some(sig) = signals.take_abort() {
+            info!(signal = %signals::name(sig), "interrupted before the command started");
+            release(&mut lock, &spec, &lease, Duration::ZERO).await;
+            return ExitCode::Aborted(sig);
         }
-        Err(e) => {
-            error!("{e}");
-            e.exit_code()
-        }
-    };
-    let keep = args.min_hold.saturating_sub(lease.confirmed_at.elapsed());
-    release(&mut lock, &spec, &lease, keep).await;
-    code
+        let deadline = Deadline::new(&lease, spec.ttl, args.kill_after);
+        let code = match Job::spawn(&args.command, &env, &opts, Some(deadline.term_at())) {
+            Ok(job) => {
+                let guard = Guard {
+                    lost: watchdog::run(&mut lock, &spec, &lease, &deadline),
+                    deadline: &deadline,
+                    terminate: args.on_lost == OnLost::Terminate,
+                };
+                supervisor::supervise(job, signals, Some(guard)).await
+            }
+            Err(SpawnError::LeaseExpired) => {
+                warn!(key = %spec.key, "redis lock lease expired before the command could start (lockrun was delayed); not starting it");
+                release(&mut lock, &spec, &lease, Duration::ZERO).await;
+                if waiting && wait_until.is_none_or(|d| Instant::now() < d) {
+                    continue;
+                }
+                return ExitCode::Conflict(args.conflict_exit_code);
+            }
+            Err(e) => {
+                error!("{e}");
+                e.exit_code()
+            }
+        };
+        let keep = args.min_hold.saturating_sub(lease.confirmed_at.elapsed());
+        release(&mut lock, &spec, &lease, keep).await;
+        return code;
+    }
 }
 
 /// A nested lockrun of the same key inherits the outer one's key and token.
@@ -118,26 +153,17 @@ fn unavailable(e: &LockError) -> ExitCode {
 /// a poll, so a lost wake-up hint costs at most this much latency.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
-/// Tries once; with --wait, queues and sleeps until a hint says it is our turn, the holder's
-/// lease ends (if we are next), the ticket needs renewing, or the wait ends; then tries again.
+/// Tries once; with `waiting`, queues and sleeps until a hint says it is our turn, the holder's
+/// lease ends (if we are next), the ticket needs renewing, or the wait ends (`deadline`, none:
+/// forever); then tries again.
 async fn acquire<L: LockService>(
     lock: &mut L,
     spec: &LockSpec,
     holder: &Holder,
-    wait: Wait,
+    deadline: Option<Instant>,
+    waiting: bool,
     signals: &mut Signals,
 ) -> Result<Lease, Failed> {
-    let deadline = match wait {
-        Wait::For(d) => Some(Instant::now() + d),
-        Wait::Forever => None,
-    };
-    let waiting = !wait.is_zero();
-    if waiting {
-        // Before the first attempt: a release between our attempt and our sleep is not missed.
-        if let Err(e) = lock.subscribe_wakeups(spec).await {
-            return Err(Failed::Code(unavailable(&e)));
-        }
-    }
     let mut announced = false;
     loop {
         if let Some(sig) = signals.take_abort() {
@@ -182,12 +208,11 @@ async fn acquire<L: LockService>(
                 remaining.map_or(HEARTBEAT, |r| HEARTBEAT.min(r))
             }
             Err(e) => {
-                // The attempt's outcome may be unknown: if it did take the lock, give it back.
-                if matches!(e, LockError::Unavailable(_)) {
-                    let lease = phantom_lease(spec, holder);
-                    let cleanup = lock.release(spec, &lease, Duration::ZERO);
-                    let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
-                }
+                // The attempt may have taken the lock (its reply lost, or a script that failed
+                // after writing): give it back, token-checked, so nothing is left locked.
+                let lease = phantom_lease(spec, holder);
+                let cleanup = lock.release(spec, &lease, Duration::ZERO);
+                let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
                 return Err(Failed::Code(unavailable(&e)));
             }
         };

@@ -78,6 +78,8 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
 pub struct Signals {
     read: Option<OwnedFd>,
     pipe: Option<pipe::Receiver>,
+    /// The signal mask lockrun was started with; the command gets it back before exec.
+    original_mask: libc::sigset_t,
 }
 
 impl Signals {
@@ -97,8 +99,12 @@ impl Signals {
         // stays ignored: catching it would hand the command a default disposition instead of
         // the inherited SIG_IGN, and forwarding would then kill it. Only uncaught signals keep
         // their disposition across exec, so we leave those alone.
-        let caught = forwarded().into_iter().filter(|&s| !ignored(s));
-        for signo in caught.chain([libc::SIGCHLD]) {
+        let caught: Vec<i32> = forwarded()
+            .into_iter()
+            .filter(|&s| !ignored(s))
+            .chain([libc::SIGCHLD])
+            .collect();
+        for &signo in &caught {
             // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (above).
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
@@ -111,10 +117,34 @@ impl Signals {
                 }
             }
         }
+        // The mask survives exec: a parent that runs lockrun with SIGCHLD blocked would hide
+        // the command's exit (lockrun would renew a finished job's lock forever), one with
+        // SIGTERM blocked would keep a stop request from the job. Unblock what we handle.
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; sigprocmask on the only
+        // thread lockrun has at this point (the log writer starts later and inherits this).
+        let original_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for &signo in &caught {
+                libc::sigaddset(&mut set, signo);
+            }
+            if libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            old
+        };
         Ok(Signals {
             read: Some(read),
             pipe: None,
+            original_mask,
         })
+    }
+
+    /// The mask lockrun inherited, for the command: it must see the environment its caller
+    /// set up, not lockrun's.
+    pub fn original_mask(&self) -> libc::sigset_t {
+        self.original_mask
     }
 
     fn decode(buf: &[u8]) -> impl Iterator<Item = Received> + '_ {

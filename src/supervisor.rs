@@ -6,8 +6,10 @@
 //! tokio `process`, no `std::process::Child::wait`), so a `waitpid(-1)` for adopted orphans can
 //! never steal the command's own exit status.
 
+use crate::duration::Human;
 use crate::exit_codes::ExitCode;
 use crate::signals::{self, Received, Signals};
+use crate::watchdog::{Deadline, Lost};
 use nix::errno::Errno;
 use nix::sys::signal::{self as nsig, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -20,7 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// How often to look whether a group's remaining members are gone: they are not our children,
 /// so no SIGCHLD tells us.
@@ -33,12 +35,16 @@ pub struct Options {
     /// Reap every child we get, adopted orphans included (PID 1 or --subreaper).
     pub reap_all: bool,
     pub kill_after: Duration,
+    /// The signal mask lockrun was started with, given back to the command.
+    pub mask: libc::sigset_t,
 }
 
 #[derive(Debug)]
 pub enum SpawnError {
     NotFound(String),
     NotExecutable(String),
+    /// The `start_by` moment had passed when the command was about to be executed.
+    LeaseExpired,
 }
 
 impl SpawnError {
@@ -46,6 +52,7 @@ impl SpawnError {
         match self {
             SpawnError::NotFound(_) => ExitCode::NotFound,
             SpawnError::NotExecutable(_) => ExitCode::NotExecutable,
+            SpawnError::LeaseExpired => ExitCode::Internal,
         }
     }
 }
@@ -54,7 +61,29 @@ impl std::fmt::Display for SpawnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SpawnError::NotFound(m) | SpawnError::NotExecutable(m) => f.write_str(m),
+            SpawnError::LeaseExpired => {
+                f.write_str("the lease expired before the command could start")
+            }
         }
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, the clock `Instant` reads on Linux.
+fn monotonic_now() -> libc::timespec {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills `ts`; async-signal-safe, so also usable between fork and exec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts
+}
+
+fn timespec_after(ts: libc::timespec, d: Duration) -> libc::timespec {
+    let nanos = ts.tv_nsec as u64 + u64::from(d.subsec_nanos());
+    libc::timespec {
+        tv_sec: ts.tv_sec + d.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
     }
 }
 
@@ -100,7 +129,10 @@ fn give_terminal(fd: RawFd, pgrp: Pid) -> nix::Result<()> {
 }
 
 impl Job {
-    /// Starts `argv` (PATH lookup, no shell) with inherited stdio and `env` added.
+    /// Starts `argv` (PATH lookup, no shell) with inherited stdio and `env` added. With
+    /// `start_by`, the command is not executed if that moment has passed when it is about to be
+    /// (checked in the child, immediately before exec: nothing lockrun does later can delay
+    /// it); the error is then [`SpawnError::LeaseExpired`].
     ///
     /// Must be called from the thread that lives as long as lockrun (the main thread): the
     /// parent-death signal fires when the *thread* that forked exits, not the process.
@@ -108,6 +140,7 @@ impl Job {
         argv: &[OsString],
         env: &[(&str, String)],
         opts: &Options,
+        start_by: Option<Instant>,
     ) -> Result<Job, SpawnError> {
         let program = argv[0].to_string_lossy().into_owned();
         let mut cmd = Command::new(&argv[0]);
@@ -126,10 +159,31 @@ impl Job {
             cmd.process_group(0);
         }
         let parent = unistd::getpid();
+        let mask = opts.mask;
+        // The monotonic clock as a raw timespec the child can compare with no allocation.
+        let start_by = start_by.map(|at| {
+            timespec_after(
+                monotonic_now(),
+                at.saturating_duration_since(Instant::now()),
+            )
+        });
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (prctl, getppid, sigprocmask, tcsetpgrp, getpid); it allocates nothing.
+        // system calls (clock_gettime, prctl, getppid, sigprocmask, tcsetpgrp, getpid); it
+        // allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                // The last moment before exec: a lockrun delayed since the acquire reply (a
+                // stalled machine, swapping, SIGSTOP) must not start a job on a lease that may
+                // already belong to someone else. ETIME never comes from exec itself.
+                if let Some(limit) = start_by {
+                    let now = monotonic_now();
+                    if (now.tv_sec, now.tv_nsec) >= (limit.tv_sec, limit.tv_nsec) {
+                        return Err(io::Error::from_raw_os_error(libc::ETIME));
+                    }
+                }
+                // std cleared the mask for the child; the command gets the one lockrun was
+                // started with (a caller's blocked signals are the caller's business).
+                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
                 // If lockrun is SIGKILLed, the kernel sends the command SIGTERM, so it does not
                 // run on for long without a lock that nobody renews any more.
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
@@ -151,6 +205,7 @@ impl Job {
         // std reports exec failures (ENOENT, EACCES, ENOEXEC) from the child through a pipe,
         // so by the time this returns the command has really started.
         let child = cmd.spawn().map_err(|e| match e.kind() {
+            _ if e.raw_os_error() == Some(libc::ETIME) => SpawnError::LeaseExpired,
             io::ErrorKind::NotFound => {
                 SpawnError::NotFound(format!("command not found: {program}"))
             }
@@ -309,71 +364,131 @@ fn group_has_live_member(pgid: i32) -> bool {
     false
 }
 
-/// Supervises the job until it is gone, forwarding signals and reaping. `lost` resolves if the
-/// lock is lost; then, with `terminate_on_lost`, the job is stopped and the result is 76.
+/// What the supervisor needs from the lock while the job runs: the watchdog (a future that
+/// resolves when the lock is lost) and the lease's deadline, which the watchdog moves forward.
+pub struct Guard<'a, F> {
+    pub lost: F,
+    pub deadline: &'a Deadline,
+    /// `--on-lost terminate` (else: warn and let the job finish).
+    pub terminate: bool,
+}
+
+/// Supervises the job until it is gone, forwarding signals and reaping. With a `guard`, the
+/// job is stopped when the lock is lost or can no longer be confirmed, *ahead of* the lease's
+/// deadline (SIGTERM at `term_at`, SIGKILL at `kill_at`); the result is then 76.
 ///
 /// After the command itself exits, leftover members of its group get SIGTERM, then SIGKILL
 /// after `--kill-after`; this returns only when none is alive, so the caller releases the lock
-/// only once the whole job is gone. The lock keeps being renewed meanwhile (`lost` is still
-/// polled).
-pub async fn supervise(
+/// only once the whole job is gone. The lock keeps being renewed meanwhile (the guard's future
+/// is still polled), and also while the job shuts down after a loss: a renewal confirmed then
+/// moves the SIGKILL later, so the job gets its grace whenever the lease allows it.
+pub async fn supervise<F: Future<Output = Lost>>(
     mut job: Job,
     signals: &mut Signals,
-    lost: impl Future<Output = ()>,
-    terminate_on_lost: bool,
+    guard: Option<Guard<'_, F>>,
 ) -> ExitCode {
     let kill_after = job.kill_after;
+    let (lost, deadline, terminate) = match guard {
+        Some(g) => (Some(g.lost), Some(g.deadline), g.terminate),
+        None => (None, None, false),
+    };
     let mut lost = std::pin::pin!(lost);
     let mut lost_seen = false;
-    let mut terminated_for_loss = false;
+    // Set once the job is being stopped because of the lock; `Some(t)`: SIGKILL at `t`, when
+    // the server said the key is gone (no lease left to wait for).
+    let mut loss: Option<Option<Instant>> = None;
+    let mut term_sent = false;
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
-    let stop = |job: &Job, kill_at: &mut Option<Instant>| {
-        if kill_at.is_none() {
-            job.signal(libc::SIGTERM);
-            *kill_at = Some(Instant::now() + kill_after);
-        }
-    };
     loop {
         job.reap();
         if !job.alive() {
             break;
         }
+        let now = Instant::now();
         if job.status.is_some() && kill_at.is_none() {
             info!(
                 pgid = job.pid(),
                 "command exited but its process group lives on; sending SIGTERM"
             );
-            stop(&job, &mut kill_at);
+            if !term_sent {
+                job.signal(libc::SIGTERM);
+                term_sent = true;
+            }
+            kill_at = Some(now + kill_after);
         }
-        if let Some(at) = kill_at {
-            if !killed && Instant::now() >= at {
-                warn!(after = %crate::duration::Human(kill_after), "job still running after SIGTERM; sending SIGKILL");
-                job.signal(libc::SIGKILL);
-                killed = true;
+        if let (Some(d), true, None) = (deadline, terminate, loss) {
+            if now >= d.term_at() {
+                // Signal first, log after: nothing may delay the job's stop.
+                if !term_sent {
+                    job.signal(libc::SIGTERM);
+                    term_sent = true;
+                }
+                loss = Some(None);
+                error!(left = %Human(d.get().saturating_duration_since(now)), grace = %Human(d.grace()),
+                       "redis lock lost: no renewal confirmed in time; stopping the job before its lease can expire");
             }
         }
-        let polling = job.status.is_some() || kill_at.is_some();
+        let loss_kill = match (loss, deadline) {
+            (Some(Some(at)), _) => Some(at),
+            (Some(None), Some(d)) => Some(d.kill_at()),
+            _ => None,
+        };
+        let kill_by = [kill_at, loss_kill].into_iter().flatten().min();
+        if !killed && kill_by.is_some_and(|t| now >= t) {
+            job.signal(libc::SIGKILL);
+            killed = true;
+            warn!("job still running after SIGTERM; sending SIGKILL");
+        }
+        // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
+        // group whose members are not our children (no SIGCHLD tells us they are gone).
+        let polling = job.status.is_some() || term_sent;
+        let next = [
+            deadline
+                .filter(|_| terminate && loss.is_none())
+                .map(Deadline::term_at),
+            kill_by.filter(|_| !killed),
+            polling.then(|| now + GROUP_POLL),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         tokio::select! {
             r = signals.recv() => {
                 if r.signo != libc::SIGCHLD {
                     job.forward(r);
                 }
             }
-            () = &mut lost, if !lost_seen => {
+            why = async { lost.as_mut().as_pin_mut().unwrap().await }, if lost.is_some() && !lost_seen => {
                 lost_seen = true;
-                if terminate_on_lost {
-                    terminated_for_loss = true;
-                    stop(&job, &mut kill_at);
+                let already = loss.is_some();
+                if terminate && !already {
+                    if !term_sent {
+                        job.signal(libc::SIGTERM);
+                        term_sent = true;
+                    }
+                    // The server says the key is gone: there is no lease left to wait out.
+                    let grace = deadline.map_or(kill_after, Deadline::grace);
+                    loss = Some(Some(Instant::now() + grace));
+                }
+                let why = match why {
+                    Lost::NotOwner => "redis lock lost: the key expired or now belongs to another holder",
+                    Lost::Expired => "redis lock lost: no renewal confirmed within the TTL",
+                };
+                if already {
+                    debug!("{why}");
                 } else {
+                    error!("{why}");
+                }
+                if !terminate {
                     warn!("--on-lost continue: the command keeps running without the lock");
                 }
             }
-            () = tokio::time::sleep(GROUP_POLL), if polling => {}
+            () = async { tokio::time::sleep_until(next.unwrap()).await }, if next.is_some() => {}
         }
     }
     job.take_terminal_back();
-    if terminated_for_loss {
+    if loss.is_some() {
         ExitCode::LockLost
     } else {
         job.status.unwrap_or(ExitCode::Internal)

@@ -1,52 +1,152 @@
-//! Keeps the lease alive while the job runs.
+//! Keeps the lease alive while the job runs, and says when the job must be stopped.
 //!
 //! Every TTL/3 a token-checked renewal is sent. Its answer is one of three:
 //! renewed (the local deadline moves to *send time* + TTL), not owner (lost, now), or unknown
 //! (timeout, broken connection, server error): then it reconnects and retries with the same
 //! token until the local deadline, which is measured on the monotonic clock from when the last
 //! successful renewal was *sent*: the server cannot have started that lease any earlier, so the
-//! key is guaranteed to outlive the deadline (up to clock-rate drift).
+//! key is guaranteed to outlive the deadline (up to clock-rate drift, see [`margin`]).
+//!
+//! The job must be gone *before* that deadline, not at it: another holder may start the moment
+//! the key expires, and a job that takes its time to shut down after SIGTERM would overlap it.
+//! So when no renewal is confirmed the supervisor sends SIGTERM at `deadline − grace − margin`
+//! and SIGKILL at `deadline − margin` ([`Deadline`]).
 
 use crate::duration::Human;
 use crate::lock::{Lease, LockService, LockSpec, Renew};
+use std::cell::Cell;
 use std::time::Duration;
 use tokio::time::{sleep_until, timeout, Instant};
-use tracing::{debug, error, warn};
+use tracing::{debug, warn};
 
-/// Resolves only when the lock is lost (after logging `redis lock lost`).
-pub async fn run<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease) {
+/// Kept between the job's end and the lease's end on the lock-loss path. It covers the rate
+/// difference between our monotonic clock and the server's (Redlock's analysis allows ~1 %),
+/// SIGKILL delivery and the scheduler's lateness in waking us, on a loaded machine.
+pub fn margin(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_secs(1))
+}
+
+/// The SIGTERM-to-SIGKILL grace on the lock-loss path: `--kill-after`, clamped to TTL/3 so that
+/// renewals still get the middle third of the lease to recover from a blip before the job is
+/// told to stop.
+pub fn loss_grace(ttl: Duration, kill_after: Duration) -> Duration {
+    kill_after.min(ttl / 3)
+}
+
+/// The lease's local deadline, shared by the watchdog (which moves it on every confirmed
+/// renewal) and the supervisor (which stops the job ahead of it). Single-threaded: a `Cell`.
+pub struct Deadline {
+    at: Cell<Instant>,
+    grace: Duration,
+    margin: Duration,
+}
+
+impl Deadline {
+    pub fn new(lease: &Lease, ttl: Duration, kill_after: Duration) -> Deadline {
+        Deadline {
+            at: Cell::new(lease.sent_at + ttl),
+            grace: loss_grace(ttl, kill_after),
+            margin: margin(ttl),
+        }
+    }
+
+    /// The lease cannot expire on the server before this (up to clock-rate drift).
+    pub fn get(&self) -> Instant {
+        self.at.get()
+    }
+
+    /// Without a renewal confirmed by then, the job gets SIGTERM. Also the latest moment to
+    /// start the command at all: a job started later would be told to stop at once.
+    pub fn term_at(&self) -> Instant {
+        self.at.get() - self.grace - self.margin
+    }
+
+    /// Without a renewal confirmed by then, the job gets SIGKILL.
+    pub fn kill_at(&self) -> Instant {
+        self.at.get() - self.margin
+    }
+
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+}
+
+/// Why the watchdog gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The server says the key is gone or names another holder: another job may run now.
+    NotOwner,
+    /// No renewal was confirmed before the local deadline.
+    Expired,
+}
+
+/// Renews until the lock is lost; resolves only then. Logs nothing about the loss itself: the
+/// supervisor signals the job first and logs after.
+pub async fn run<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    lease: &Lease,
+    deadline: &Deadline,
+) -> Lost {
     let interval = spec.ttl / 3;
     // Retries after an unknown outcome: often enough to ride out a short blip, rare enough not
     // to hammer a recovering server.
     let retry = (spec.ttl / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
-    let mut deadline = lease.sent_at + spec.ttl;
     let mut next = lease.sent_at + interval;
     loop {
         sleep_until(next).await;
         let sent = Instant::now();
-        if sent >= deadline {
-            error!(key = %spec.key, "redis lock lost: no renewal confirmed within the TTL");
-            return;
+        if sent >= deadline.get() {
+            return Lost::Expired;
         }
-        match timeout(deadline - sent, lock.renew(spec, lease)).await {
+        match timeout(deadline.get() - sent, lock.renew(spec, lease)).await {
             Ok(Ok(Renew::Renewed)) => {
                 debug!(key = %spec.key, ttl = %Human(spec.ttl), "redis lock renewed");
-                deadline = sent + spec.ttl;
+                deadline.at.set(sent + spec.ttl);
                 next = sent + interval;
             }
-            Ok(Ok(Renew::NotOwner)) => {
-                error!(key = %spec.key, "redis lock lost: the key expired or now belongs to another holder");
-                return;
-            }
+            Ok(Ok(Renew::NotOwner)) => return Lost::NotOwner,
             Ok(Err(e)) => {
-                warn!(key = %spec.key, error = %e, left = %Human(deadline.saturating_duration_since(Instant::now())),
+                warn!(key = %spec.key, error = %e, left = %Human(deadline.get().saturating_duration_since(Instant::now())),
                       "redis lock renewal failed; retrying");
-                next = (Instant::now() + retry).min(deadline);
+                next = (Instant::now() + retry).min(deadline.get());
             }
             Err(_) => {
                 warn!(key = %spec.key, "redis lock renewal timed out");
                 next = Instant::now();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_is_stopped_ahead_of_the_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(margin(ms(100)), ms(5));
+        assert_eq!(margin(Duration::from_secs(30)), ms(1000));
+        assert_eq!(margin(Duration::from_secs(2)), ms(100));
+        // Default TTL and --kill-after: the grace fits.
+        assert_eq!(loss_grace(Duration::from_secs(30), ms(10_000)), ms(10_000));
+        // A short TTL clamps it to a third of the lease.
+        assert_eq!(loss_grace(ms(900), ms(10_000)), ms(300));
+        let now = Instant::now();
+        let lease = Lease {
+            key: "k".into(),
+            holder: crate::lock::Holder {
+                token: "t".into(),
+                value: "t".into(),
+            },
+            fence: 1,
+            sent_at: now,
+            confirmed_at: now,
+        };
+        let d = Deadline::new(&lease, ms(900), ms(10_000));
+        assert_eq!(d.get(), now + ms(900));
+        assert_eq!(d.kill_at(), now + ms(855));
+        assert_eq!(d.term_at(), now + ms(555));
     }
 }
