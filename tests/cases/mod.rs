@@ -1,3 +1,4 @@
 mod contention;
 mod core;
-mod supervision;
+mod safety;
+pub(crate) mod supervision;

@@ -235,7 +235,7 @@ fn a_signal_during_wait_aborts_and_the_command_never_starts() {
 }
 
 /// Counts zombies among `parent`'s children.
-fn zombie_children(parent: u32) -> usize {
+pub(crate) fn zombie_children(parent: u32) -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()

@@ -165,6 +165,11 @@ impl Redis {
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
     }
 
+    /// The server's process id (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn exists(&self, key: &str) -> bool {
         self.cmd::<i64>(&["EXISTS", key]) == 1
     }
