@@ -1,3 +1,4 @@
 mod contention;
 mod core;
+mod faults_net;
 mod supervision;
