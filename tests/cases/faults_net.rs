@@ -91,11 +91,21 @@ fn is_value_of(value: &str, pid: u32) -> bool {
     value.split_whitespace().any(|w| w == tag)
 }
 
+/// One look at KEY on the server.
+struct Sample {
+    /// Stamped just after the reply arrived: what it shows was true at some moment before.
+    at: SystemTime,
+    value: Option<String>,
+    /// The key's absolute expiry (`PEXPIRETIME`, the server's realtime clock in ms): the end
+    /// of the lease as the server will enforce it, exact rather than sampled.
+    expires: Option<SystemTime>,
+}
+
 /// Samples KEY on the server every few milliseconds, straight over the unix socket, so a test
-/// can tell when a holder's key appeared and when it was last there.
+/// can tell when a holder's key appeared, when its lease ended, and whether it was renewed.
 struct KeyWatch {
     stop: Arc<AtomicBool>,
-    samples: JoinHandle<Vec<(SystemTime, Option<String>)>>,
+    samples: JoinHandle<Vec<Sample>>,
     client: redis::Client,
 }
 
@@ -107,9 +117,23 @@ impl KeyWatch {
         let samples = thread::spawn(move || {
             let mut seen = Vec::new();
             while !flag.load(Ordering::SeqCst) {
-                let v: Option<String> = redis::cmd("GET").arg(KEY).query(&mut conn).unwrap();
-                seen.push((SystemTime::now(), v));
-                thread::sleep(Duration::from_millis(3));
+                let (value, pexpiretime): (Option<String>, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("GET")
+                    .arg(KEY)
+                    .cmd("PEXPIRETIME")
+                    .arg(KEY)
+                    .query(&mut conn)
+                    .unwrap();
+                seen.push(Sample {
+                    at: SystemTime::now(),
+                    value,
+                    // -1: no expiry, -2: no key.
+                    expires: u64::try_from(pexpiretime)
+                        .ok()
+                        .map(|t| UNIX_EPOCH + Duration::from_millis(t)),
+                });
+                thread::sleep(Duration::from_millis(2));
             }
             seen
         });
@@ -134,16 +158,73 @@ impl KeyWatch {
         panic!("lockrun {pid}'s key never appeared on the server within {limit:?}");
     }
 
-    /// First and last sample in which the key held `pid`'s value.
-    fn stop(self, pid: u32) -> Option<(SystemTime, SystemTime)> {
+    fn stop(self) -> Vec<Sample> {
         self.stop.store(true, Ordering::SeqCst);
-        let samples = self.samples.join().expect("key sampler");
-        let mut held = samples
-            .iter()
-            .filter(|(_, v)| v.as_deref().is_some_and(|v| is_value_of(v, pid)))
-            .map(|(t, _)| *t);
-        let first = held.next()?;
-        Some((first, held.next_back().unwrap_or(first)))
+        self.samples.join().expect("key sampler")
+    }
+}
+
+/// What the samples say about the key while it held `pid`'s value.
+struct Held {
+    /// First and last sample that saw the value.
+    first: SystemTime,
+    last: SystemTime,
+    /// The first sample after `last` (the key had expired, been deleted or changed hands).
+    ended: Option<SystemTime>,
+    /// The expiry the server had for it at the last sighting (renewals only move it later).
+    expires_last: SystemTime,
+}
+
+fn held_by(samples: &[Sample], pid: u32) -> Option<Held> {
+    let ours = |s: &Sample| s.value.as_deref().is_some_and(|v| is_value_of(v, pid));
+    let first = samples.iter().position(ours)?;
+    let last = samples.iter().rposition(ours)?;
+    let no_expiry = || panic!("lockrun {pid}'s key has no expiry");
+    Some(Held {
+        first: samples[first].at,
+        last: samples[last].at,
+        ended: samples.get(last + 1).map(|s| s.at),
+        expires_last: samples[last].expires.unwrap_or_else(no_expiry),
+    })
+}
+
+impl Held {
+    /// By how much (ms) the lease outlasted one TTL from the key's creation, if it did: it was
+    /// created before it was first seen, so an expiry later than first sighting + TTL means
+    /// it was extended.
+    fn outlived_ttl(&self, ttl: Duration) -> Option<f64> {
+        let bound = self.first + ttl + Duration::from_millis(1);
+        let end = self.lease_end();
+        (end > bound).then(|| ms(self.first + ttl, end))
+    }
+
+    /// The latest the lease can have ended on the server: at its expiry (Redis treats a key
+    /// as gone once its clock is past the expiry; +1 ms for the millisecond rounding), or
+    /// earlier if a sample already saw it gone (deleted).
+    fn lease_end(&self) -> SystemTime {
+        let expiry = self.expires_last + Duration::from_millis(1);
+        self.ended.map_or(expiry, |e| e.min(expiry))
+    }
+
+    /// Where the job's end stands against the lease on the server, for the report.
+    fn vs(&self, gone: SystemTime) -> String {
+        format!(
+            "its lease ended on the server {} ms after the job was gone",
+            ms(gone, self.lease_end())
+        )
+    }
+
+    /// The lease must not end on the server while the job still runs, whether or not anybody
+    /// took the lock in that moment. Sound: a release always follows the job's end, so only
+    /// an expiry (or a sample already seeing the key gone) can put the lease end before it.
+    fn check_outlived(&self, c: &mut Checks, gone: SystemTime) {
+        let end = self.lease_end();
+        c.check(end > gone, || {
+            format!(
+                "the job was still running {} ms after its lease ended on the server",
+                ms(end, gone)
+            )
+        });
     }
 }
 
@@ -205,25 +286,76 @@ fn queue_next_holder(redis: &Redis) -> (Bg, PathBuf) {
     (next, begin)
 }
 
-/// When the next holder's job began (it must have run).
-fn began(begin: &Path, log: &str) -> SystemTime {
-    let ns: u64 = std::fs::read_to_string(begin)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("the next holder's job never ran; its log:\n{log}"));
-    UNIX_EPOCH + Duration::from_nanos(ns)
+/// When the next holder's job began; `None` if it never ran.
+fn began(begin: &Path) -> Option<SystemTime> {
+    let ns: u64 = std::fs::read_to_string(begin).ok()?.trim().parse().ok()?;
+    Some(UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
 /// When a lockrun logged that it holds the lock: the timestamp of its `redis lock acquired,
 /// starting job` line (`2026-11-22T19:22:58.234011Z`, UTC), i.e. just after the server granted
-/// it and before its job was spawned.
-fn acquired_at(log: &str) -> SystemTime {
+/// it and before its job was spawned. `None` if it never got the lock.
+fn acquired_at(log: &str) -> Option<SystemTime> {
     let line = log
         .lines()
-        .find(|l| l.contains("redis lock acquired, starting job"))
-        .unwrap_or_else(|| panic!("no acquire line in:\n{log}"));
+        .find(|l| l.contains("redis lock acquired, starting job"))?;
     let stamp = line.split_whitespace().next().unwrap_or_default();
-    parse_utc(stamp).unwrap_or_else(|| panic!("unparsable timestamp {stamp:?} in {line:?}"))
+    Some(parse_utc(stamp).unwrap_or_else(|| panic!("unparsable timestamp {stamp:?} in {line:?}")))
+}
+
+/// What the next holder, queued directly on the server, did.
+struct Next {
+    status: ExitStatus,
+    acquired: Option<SystemTime>,
+    began: Option<SystemTime>,
+    log: String,
+}
+
+impl Next {
+    fn finish(next: Bg, begin: &Path) -> Next {
+        let (status, _, log) = next.finish();
+        Next {
+            status,
+            acquired: acquired_at(&log),
+            began: began(begin),
+            log,
+        }
+    }
+
+    /// "N ms before the next holder acquired the lock, M ms before its job began".
+    fn margins(&self, gone: SystemTime) -> String {
+        match (self.acquired, self.began) {
+            (Some(a), Some(b)) => format!(
+                "{} ms before the next holder acquired the lock, {} ms before its job began",
+                ms(gone, a),
+                ms(gone, b)
+            ),
+            _ => format!("the next holder never ran (exit {:?})", self.status.code()),
+        }
+    }
+
+    /// The next holder ran, and only after the job was gone. Its acquire line comes before
+    /// its job is spawned, so it is the stricter of the two moments: when the lease changed
+    /// hands on the server.
+    fn check_after(&self, c: &mut Checks, gone: SystemTime) {
+        c.check(self.status.code() == Some(0), || {
+            format!(
+                "the next holder exited {:?}: {}",
+                self.status.code(),
+                self.log
+            )
+        });
+        if let (Some(a), Some(b)) = (self.acquired, self.began) {
+            c.check(gone < a && gone < b, || {
+                format!(
+                    "the job was still running {} ms after the next holder acquired the lock \
+                     ({} ms into its job)",
+                    -ms(gone, a),
+                    -ms(gone, b)
+                )
+            });
+        }
+    }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` to a SystemTime.
@@ -321,14 +453,15 @@ fn acquire_late(name: &str, fault: Fault) {
         thread::sleep(d);
     }
     let orphan = redis.exists(KEY);
-    let (first_seen, last_seen) = keys.stop(pid).expect("the first lockrun's key was seen");
-    let lived = ms(first_seen, last_seen);
-    let rival_began = began(&begin, &rival_log);
-    let rival_waited = ms(first_seen, rival_began);
+    let held = held_by(&keys.stop(), pid).expect("the first lockrun's key was seen");
+    let (first_seen, last_seen) = (held.first, held.last);
+    let lived = ms(first_seen, held.lease_end());
+    let rival_began = began(&begin);
+    let rival_waited = rival_began.map(|b| ms(first_seen, b));
     eprintln!(
         "scenario={name} first lockrun exited {:?} after {} ms, command started: {}; its key \
          lived {lived} ms on the server (TTL {} ms); the direct rival exited {:?}, its job began \
-         {rival_waited} ms after that key appeared",
+         {rival_waited:?} ms after that key appeared",
         status.code(),
         ms(t0, exited),
         marker.exists(),
@@ -339,20 +472,25 @@ fn acquire_late(name: &str, fault: Fault) {
     c.check(!marker.exists() && !log.contains("starting job"), || {
         "the command started although the lease it was granted had already expired".into()
     });
-    c.check(lived <= ms_of(ttl + Duration::from_millis(100)), || {
-        format!("the first lockrun's key outlived its TTL: seen for {lived} ms")
+    c.check(held.outlived_ttl(ttl).is_none(), || {
+        format!(
+            "the first lockrun's key outlived its TTL: its lease ended {lived} ms after it \
+             appeared (extended by {:?} ms)",
+            held.outlived_ttl(ttl)
+        )
     });
     c.check(!orphan, || "an orphan key is left on the server".into());
     c.check(rival_status.code() == Some(0), || {
         format!("the rival exited {:?}: {rival_log}", rival_status.code())
     });
-    c.check(rival_began > last_seen, || {
-        "the rival began while the first's key was still there".into()
-    });
-    c.check(
-        rival_waited <= ms_of(ttl + Duration::from_millis(400)),
-        || format!("the rival waited {rival_waited} ms for a lease of {ttl:?}"),
-    );
+    if let (Some(b), Some(w)) = (rival_began, rival_waited) {
+        c.check(b > last_seen, || {
+            "the rival began while the first's key was still there".into()
+        });
+        c.check(w <= ms_of(ttl + Duration::from_millis(400)), || {
+            format!("the rival waited {w} ms for a lease of {ttl:?}")
+        });
+    }
     c.done(name, &log);
 }
 
@@ -392,10 +530,9 @@ fn faults_net_acquire_reply_dropped() {
         thread::sleep(d);
     }
     let orphan = redis.exists(KEY);
-    let lived = keys
-        .stop(pid)
-        .map(|(a, b)| ms(a, b))
-        .expect("the server did set the key (only replies are dropped)");
+    let held =
+        held_by(&keys.stop(), pid).expect("the server did set the key (only replies are dropped)");
+    let lived = ms(held.first, held.lease_end());
     let took = ms(t0, exited);
     eprintln!(
         "scenario={name} lockrun exited {:?} after {took} ms (request timeout {} ms), command \
@@ -418,8 +555,12 @@ fn faults_net_acquire_reply_dropped() {
     c.check(took <= ms_of(bound), || {
         format!("gave up only after {took} ms (bound {bound:?})")
     });
-    c.check(lived <= ms_of(ttl + Duration::from_millis(100)), || {
-        format!("the key outlived its TTL: {lived} ms")
+    c.check(held.outlived_ttl(ttl).is_none(), || {
+        format!(
+            "the key outlived its TTL: its lease ended {lived} ms after it appeared (extended \
+             by {:?} ms)",
+            held.outlived_ttl(ttl)
+        )
     });
     c.check(!orphan, || "an orphan key is left on the server".into());
     c.done(name, &log);
@@ -445,19 +586,14 @@ fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[
     proxy.set(fault);
     let (status, _, log) = first.finish();
     let gone = gone.join().expect("pidfd watcher");
-    let (next_status, _, next_log) = next.finish();
-    let (_, last_seen) = keys.stop(pid).expect("the holder's key was seen");
-    let next_began = began(&begin, &next_log);
-    let next_acquired = acquired_at(&next_log);
-    let margin = ms(gone, next_acquired);
+    let next = Next::finish(next, &begin);
+    let held = held_by(&keys.stop(), pid).expect("the holder's key was seen");
     eprintln!(
-        "scenario={name} lockrun exited {:?}; job gone {} ms after the fault, {margin} ms before \
-         the next holder acquired the lock and {} ms before its job began; the holder's key was \
-         last seen on the server {} ms after its job was gone",
+        "scenario={name} lockrun exited {:?}; job gone {} ms after the fault, {}; {}",
         status.code(),
         ms(faulted, gone),
-        ms(gone, next_began),
-        ms(gone, last_seen),
+        next.margins(gone),
+        held.vs(gone),
     );
     let mut c = Checks::new();
     c.check(status.code().is_some_and(|s| exits.contains(&s)), || {
@@ -466,22 +602,8 @@ fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[
             status.code()
         )
     });
-    c.check(next_status.code() == Some(0), || {
-        format!(
-            "the next holder exited {:?}: {next_log}",
-            next_status.code()
-        )
-    });
-    // The acquire line comes before the next job is spawned: stricter than the job's start,
-    // and it is the moment the lease changed hands on the server.
-    c.check(gone < next_acquired && gone < next_began, || {
-        format!(
-            "the job was still running {} ms after the next holder acquired the lock ({} ms \
-             into its job)",
-            -margin,
-            -ms(gone, next_began)
-        )
-    });
+    next.check_after(&mut c, gone);
+    held.check_outlived(&mut c, gone);
     c.done(name, &log);
 }
 
@@ -531,10 +653,12 @@ fn faults_net_connection_resets_during_job() {
     let redis = Redis::start_tcp();
     let proxy = Proxy::start(upstream(&redis));
     let pidfile = redis.dir.path().join("job.pid");
+    let keys = KeyWatch::start(&redis);
     let mut cmd = via(&proxy);
     cmd.args(["-t", "600ms", KEY, "--", "sh", "-c"])
         .arg(format!("echo $$ > '{}'; exec sleep 3", pidfile.display()));
     let first = Bg::spawn(cmd);
+    let pid = first.pid;
     let gone = watch_exit(read_pid(&pidfile));
     let (next, begin) = queue_next_holder(&redis);
     let before = proxy.connections_total();
@@ -555,15 +679,14 @@ fn faults_net_connection_resets_during_job() {
     });
     let opened = proxy.connections_total() - before;
     let gone = gone.join().expect("pidfd watcher");
-    let (next_status, _, next_log) = next.finish();
-    let next_began = began(&begin, &next_log);
-    let next_acquired = acquired_at(&next_log);
-    let margin = ms(gone, next_acquired);
+    let next = Next::finish(next, &begin);
+    let held = held_by(&keys.stop(), pid).expect("the holder's key was seen");
     eprintln!(
         "scenario={name} lockrun exited {:?}; {resets} resets, {opened} new connections; job gone \
-         {margin} ms before the next holder acquired the lock, {} ms before its job began",
+         {}; {}",
         status.code(),
-        ms(gone, next_began),
+        next.margins(gone),
+        held.vs(gone),
     );
     // Premise: lockrun did notice the resets (it reconnected at least twice).
     assert!(
@@ -577,18 +700,8 @@ fn faults_net_connection_resets_during_job() {
     c.check(opened <= resets + 3, || {
         format!("{opened} connections for {resets} resets: reconnecting in a loop")
     });
-    c.check(next_status.code() == Some(0), || {
-        format!(
-            "the next holder exited {:?}: {next_log}",
-            next_status.code()
-        )
-    });
-    c.check(gone < next_began, || {
-        format!(
-            "overlap: the next holder began {} ms before the job ended",
-            -margin
-        )
-    });
+    next.check_after(&mut c, gone);
+    held.check_outlived(&mut c, gone);
     c.done(name, &log);
 }
 
