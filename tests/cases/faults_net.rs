@@ -3,9 +3,12 @@
 //! reach the server directly. Each scenario asserts the intended behaviour and prints what it
 //! measured (`scenario=<name> ...`) to stderr.
 //!
-//! Cross-process moments (a job's end, another job's start, the key seen on the server) are
-//! compared on the realtime clock: the test records its observations with `SystemTime`, and a
-//! job records its own start with `date +%s%N`, the same clock.
+//! Cross-process moments are compared on the realtime clock, which every party shares: the
+//! moment a job is gone (a pidfd wakes the test), when the next holder got the lock (the
+//! timestamp of its log line) and started its job (`date +%s%N`), and when a lease ends on the
+//! server (`PEXPIRETIME`, exact, plus samples of the key every few milliseconds). The safety
+//! checks are built to err only towards failing: each moment is taken at its latest for the
+//! job and at its earliest for the lease's end.
 
 use crate::support::proxy::{Fault, Proxy};
 use crate::support::*;
@@ -53,7 +56,7 @@ fn ms_of(d: Duration) -> f64 {
 /// A lockrun in the background: its stderr read as it comes, its exit waited for on a thread
 /// so the moment it ended is known without the test blocking on it.
 struct Bg {
-    pub pid: u32,
+    pid: u32,
     lines: Lines,
     exit: JoinHandle<(ExitStatus, SystemTime)>,
 }
@@ -206,7 +209,8 @@ impl Held {
         self.ended.map_or(expiry, |e| e.min(expiry))
     }
 
-    /// Where the job's end stands against the lease on the server, for the report.
+    /// Where the job's end stands against the lease on the server, for the report (for a
+    /// deleted key, an upper bound at the sampling resolution).
     fn vs(&self, gone: SystemTime) -> String {
         format!(
             "its lease ended on the server {} ms after the job was gone",
@@ -334,9 +338,9 @@ impl Next {
         }
     }
 
-    /// The next holder ran, and only after the job was gone. Its acquire line comes before
-    /// its job is spawned, so it is the stricter of the two moments: when the lease changed
-    /// hands on the server.
+    /// The next holder ran, and only after the job was gone. Its acquire line is logged one
+    /// reply's latency after the server handed it the lease and before its job is spawned,
+    /// so it is the stricter of the two moments (`Held::check_outlived` is exact).
     fn check_after(&self, c: &mut Checks, gone: SystemTime) {
         c.check(self.status.code() == Some(0), || {
             format!(
