@@ -1,4 +1,5 @@
 mod contention;
 mod core;
+mod faults_net;
 mod safety;
 pub(crate) mod supervision;

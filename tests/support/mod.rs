@@ -7,6 +7,8 @@
 
 #![allow(dead_code)] // Each test module uses a different subset.
 
+pub mod proxy;
+
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
