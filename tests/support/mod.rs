@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // Each test module uses a different subset.
 
+pub mod chaos;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
