@@ -1,3 +1,4 @@
 mod contention;
 mod core;
+mod faults;
 mod supervision;
