@@ -134,6 +134,7 @@ fn faults_lockrun_sigkilled() {
     let ch = Chaos::new("faults_lockrun_sigkilled", &redis);
     let key = ch.key("killed", Mode::Exclusive, ms(500));
     let until = Instant::now() + ch.scaled_duration(SOAK);
+    let mut killed = Vec::new();
     thread::scope(|s| {
         s.spawn(|| {
             ch.contenders(&redis, 6, until, &[0, 75], |_, rng| {
@@ -151,10 +152,27 @@ fn faults_lockrun_sigkilled() {
             if let Some(&pid) = rng.pick(&victims) {
                 if ch.signal(pid, libc::SIGKILL) {
                     ch.fault(&format!("SIGKILL lockrun {pid}"));
+                    killed.push((pid, Instant::now()));
                 }
             }
         }
     });
+    // The parent-death signal, not the end of its hold, must have stopped each killed
+    // holder's job (bash dies of SIGTERM at once; 300 ms is slack for a loaded machine).
+    let sections = ch.recorder.sections();
+    for (pid, at) in killed {
+        let Some(s) = sections.iter().find(|s| ran_by(s, pid)) else {
+            continue; // killed while waiting
+        };
+        if let Some(gone) = s.gone().filter(|_| s.begin < at) {
+            if gone.saturating_duration_since(at) > ms(300) && s.end.is_none_or(|e| e > at) {
+                ch.problem(format!(
+                    "the job of SIGKILLed lockrun {pid} ran on for {:?}",
+                    gone.saturating_duration_since(at)
+                ));
+            }
+        }
+    }
     let mut r = ch.report(&redis);
     r.require(r.faults >= 3, "too few kills to mean anything");
     r.assert();
