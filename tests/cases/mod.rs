@@ -1,5 +1,6 @@
 mod contention;
 mod core;
+mod faults;
 mod faults_net;
 mod safety;
 pub(crate) mod supervision;

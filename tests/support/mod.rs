@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // Each test module uses a different subset.
 
+pub mod chaos;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Read};
