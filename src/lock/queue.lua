@@ -39,6 +39,16 @@ local function read_fence(f)
   if n and n >= 0 and n < 9007199254740992 and n == math.floor(n) then return n end
 end
 
+-- Checks every helper key before a script's first write (Redis never rolls a script back):
+-- returns the fencing counter, or nil and the first spoiled key.
+local function check_helpers(f, q, e)
+  local counter = read_fence(f)
+  if not counter then return nil, f end
+  local bad = bad_queue(q, e)
+  if bad then return nil, bad end
+  return counter
+end
+
 -- The next fencing number: above every number this counter handed out, and at least the server
 -- clock in microseconds. So when the counter vanishes (a restart without persistence, a failover
 -- to a lagging replica, a restored snapshot) numbers resume above every one handed out before,

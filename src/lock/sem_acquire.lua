@@ -8,10 +8,8 @@
 -- {-2, helper key}. Nothing is written before every check has passed.
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'zset' then return {-1, kind} end
-local counter = read_fence(KEYS[2])
-if not counter then return {-2, KEYS[2]} end
-local bad = bad_queue(KEYS[3], KEYS[4])
-if bad then return {-2, bad} end
+local counter, spoiled = check_helpers(KEYS[2], KEYS[3], KEYS[4])
+if not counter then return {-2, spoiled} end
 local us = now_us()
 local now = math.floor(us / 1000)
 local ttl = tonumber(ARGV[2])

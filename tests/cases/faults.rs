@@ -238,6 +238,28 @@ fn faults_lockrun_paused_past_ttl() {
     r.assert();
 }
 
+/// Starts `lockrun -v -t <ttl>ms KEY` with a job that holds for `hold_ms`, writing every 50 ms,
+/// waits for the job to begin, then fills lockrun's stderr pipe, which nobody reads.
+fn spawn_plugged(
+    ch: &Chaos,
+    redis: &Redis,
+    key: &str,
+    ttl: u64,
+    hold_ms: u64,
+    expected: &[i32],
+) -> Lockrun {
+    let t = format!("{ttl}ms");
+    let job = Job::hold(hold_ms).writing_every(50).quiet();
+    let a = ch.spawn_undrained(ch.command(redis, &["-v", "-t", &t, key], &job), expected);
+    wait_begin(ch, &a);
+    let bytes = a.plug_stderr();
+    ch.fault(&format!(
+        "stderr pipe of lockrun {} full ({bytes} bytes)",
+        a.pid
+    ));
+    a
+}
+
 #[test]
 fn faults_undrained_stderr_client_kill() {
     // lockrun -v logs every renewal into a stderr pipe that nobody reads and that is full;
@@ -250,20 +272,7 @@ fn faults_undrained_stderr_client_kill() {
     let t = format!("{ttl}ms");
     let mut rng = ch.rng();
     for _ in 0..ch.scaled(1) {
-        let mut a = ch.spawn_undrained(
-            ch.command(
-                &redis,
-                &["-v", "-t", &t, &key],
-                &Job::hold(2000).writing_every(50).quiet(),
-            ),
-            &[0],
-        );
-        wait_begin(&ch, &a);
-        let bytes = a.plug_stderr();
-        ch.fault(&format!(
-            "stderr pipe of lockrun {} full ({bytes} bytes)",
-            a.pid
-        ));
+        let mut a = spawn_plugged(&ch, &redis, &key, ttl, 2000, &[0]);
         let b = ch.spawn(
             ch.command(&redis, &["--wait", "10s", "-t", &t, &key], &Job::hold(100)),
             &[0],
@@ -289,23 +298,9 @@ fn faults_undrained_stderr_key_deleted() {
     let ch = Chaos::new("faults_undrained_stderr_key_deleted", &redis);
     let ttl = 600;
     let key = ch.key("plugged-del", Mode::Exclusive, ms(ttl));
-    let t = format!("{ttl}ms");
     let mut rng = ch.rng();
     for _ in 0..ch.scaled(1) {
-        let mut a = ch.spawn_undrained(
-            ch.command(
-                &redis,
-                &["-v", "-t", &t, &key],
-                &Job::hold(4000).writing_every(50).quiet(),
-            ),
-            &[76],
-        );
-        wait_begin(&ch, &a);
-        let bytes = a.plug_stderr();
-        ch.fault(&format!(
-            "stderr pipe of lockrun {} full ({bytes} bytes)",
-            a.pid
-        ));
+        let mut a = spawn_plugged(&ch, &redis, &key, ttl, 4000, &[76]);
         thread::sleep(ms(rng.range(0, ttl / 3)));
         redis.cmd::<i64>(&["DEL", &key]);
         let deleted = Instant::now();
