@@ -7,7 +7,7 @@ use crate::duration::{self, Wait};
 use crate::exit_codes::ExitCode;
 use crate::lock::redis::RESERVED_PREFIX;
 use crate::logging::Format;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -35,7 +35,9 @@ elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error
 126/127 command not executable / not found."
 )]
 pub struct Args {
-    /// Redis URL: redis://[user:password@]host[:port][/db], or unix:///path/to/redis.sock
+    /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
+    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock, redis+unix:///path?db=N.
+    /// Passwords are never printed
     #[arg(
         short,
         long,
@@ -46,58 +48,68 @@ pub struct Args {
     )]
     pub redis: String,
 
-    /// Lease length, renewed every TTL/3 while the command runs (500ms, 30s, 5m, 1h; bare number = seconds)
+    /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
+    /// 1h, 1d; a bare number is seconds)
     #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
-          value_parser = parse_ttl, allow_hyphen_values = true)]
+          value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true)]
     pub ttl: Duration,
 
-    /// How long to wait for a held lock: 0 = one attempt, or a duration, or `forever`
+    /// How long to wait for a held lock: 0 = one attempt, a duration, or `forever`
     #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
-          value_parser = Wait::parse, allow_hyphen_values = true)]
+          value_parser = Wait::parse, allow_hyphen_values = true, hide_env_values = true)]
     pub wait: Wait,
 
-    /// Exit code when the lock is held elsewhere (0 = skip silently, 1 = like flock)
+    /// Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)
     #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
-          value_name = "N")]
+          value_name = "N", value_parser = parse_exit_code, allow_negative_numbers = true,
+          hide_env_values = true)]
     pub conflict_exit_code: u8,
 
-    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command
+    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most
+    /// TTL/3 when the lock is being lost)
     #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
-          value_parser = duration::parse, allow_hyphen_values = true)]
+          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
     pub kill_after: Duration,
 
     /// What to do with the command when the lock is lost
-    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION")]
+    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION",
+          hide_env_values = true)]
     pub on_lost: OnLost,
 
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
+    /// (at most 30d)
     #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
-          value_parser = parse_min_hold, allow_hyphen_values = true)]
+          value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
     pub min_hold: Duration,
 
-    /// Let up to N holders run at once under KEY (a semaphore)
-    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N",
-          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
+    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
+          allow_negative_numbers = true, hide_env_values = true)]
     pub limit: Option<u32>,
 
     /// Signal only the direct child, not its process group
-    #[arg(long, env = "LOCKRUN_NO_GROUP")]
+    #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
+          hide_env_values = true)]
     pub no_group: bool,
 
     /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
-    #[arg(long, env = "LOCKRUN_SUBREAPER")]
+    #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
+          hide_env_values = true)]
     pub subreaper: bool,
 
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
-    #[arg(short, long, conflicts_with = "verbose")]
+    #[arg(short, long, conflicts_with = "verbose", env = "LOCKRUN_QUIET",
+          value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,
 
-    /// More detail (-vv for trace); otherwise LOCKRUN_LOG is read as a tracing filter
+    /// More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn,
+    /// info (default), debug, trace, or a tracing filter such as lockrun=debug
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
     /// Log format for lockrun's own lines on stderr
-    #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT")]
+    #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
+          hide_env_values = true)]
     pub log_format: Format,
 
     /// Lock name; used as the Redis key exactly as given (names starting with 'lockrun:' are reserved)
@@ -130,6 +142,34 @@ fn parse_min_hold(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A switch's environment variable: the usual spellings, and empty means not set (a Kubernetes
+/// manifest often has `value: ""`).
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "y" | "on" => Ok(true),
+        "" | "0" | "false" | "no" | "n" | "off" => Ok(false),
+        _ => Err("not a switch: use 1/0, yes/no, on/off or true/false (empty = off)".into()),
+    }
+}
+
+fn parse_exit_code(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) => {
+            u8::try_from(n).map_err(|_| format!("{n} is out of range: an exit code is 0 to 255"))
+        }
+        Err(_) => Err("not a whole number: an exit code is 0 to 255".into()),
+    }
+}
+
+fn parse_limit(s: &str) -> Result<u32, String> {
+    const MAX: i64 = 100_000;
+    match s.trim().parse::<i64>() {
+        Ok(n) if (1..=MAX).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!("{n} is out of range: --limit is 1 to {MAX}")),
+        Err(_) => Err(format!("not a whole number: --limit is 1 to {MAX}")),
+    }
+}
+
 fn parse_key(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         return Err("the lock key must not be empty".into());
@@ -155,7 +195,26 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    match Args::try_parse_from(args) {
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut cmd = Args::command();
+    // An environment variable set to the empty string counts as unset (its default applies):
+    // templated manifests and `VAR= lockrun …` produce empty values that mean "nothing here".
+    let empty: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| {
+            a.get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.is_empty())
+        })
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in empty {
+        cmd = cmd.mut_arg(id, |a| a.env(None));
+    }
+    let parsed = cmd
+        .try_get_matches_from_mut(argv.clone())
+        .and_then(|m| Args::from_arg_matches(&m));
+    match parsed {
         Ok(args) => Ok(args),
         Err(e) if !e.use_stderr() => {
             // --help / --version
@@ -163,10 +222,62 @@ where
             Err(ExitCode::Command(0))
         }
         Err(e) => {
-            eprintln!("lockrun: {}", one_line(&e.to_string()));
+            let mut line = one_line(&e.to_string());
+            if let Some(var) = from_environment(&cmd, &e, &argv) {
+                line = format!("{line}, from the environment variable {var}");
+            }
+            line.push_str(" (see 'lockrun --help')");
+            crate::logging::print_early_error(
+                line.trim_start_matches("error: "),
+                json_wanted(&argv),
+            );
             Err(ExitCode::Usage)
         }
     }
+}
+
+/// The environment variable an invalid value came from, when it did not come from the command
+/// line: the user must be told where to look.
+fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        e.get(ContextKind::InvalidArg),
+        e.get(ContextKind::InvalidValue),
+    ) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.trim_start_matches('-');
+    let a = cmd.get_arguments().find(|a| a.get_long() == Some(long))?;
+    let var = a.get_env()?.to_str()?.to_string();
+    let on_command_line = argv.iter().any(|x| {
+        let x = x.to_string_lossy();
+        x == *value || x.ends_with(&format!("={value}"))
+    });
+    (std::env::var(&var).ok().as_deref() == Some(value.as_str()) && !on_command_line).then_some(var)
+}
+
+/// Whether the user asked for JSON log lines, read straight from the arguments and the
+/// environment: a usage error happens before the options are known, and a log pipeline that
+/// asked for JSON must not get a plain-text line it cannot parse.
+fn json_wanted(argv: &[OsString]) -> bool {
+    let mut after_flag = false;
+    let mut from_args = None;
+    for a in argv.iter().skip(1).map(|a| a.to_string_lossy()) {
+        if a == "--" {
+            break;
+        }
+        if after_flag {
+            from_args = Some(a.eq_ignore_ascii_case("json"));
+            after_flag = false;
+        } else if a == "--log-format" {
+            after_flag = true;
+        } else if let Some(v) = a.strip_prefix("--log-format=") {
+            from_args = Some(v.eq_ignore_ascii_case("json"));
+        }
+    }
+    from_args.unwrap_or_else(|| {
+        std::env::var("LOCKRUN_LOG_FORMAT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("json"))
+    })
 }
 
 /// clap's errors span several lines (problem, usage, hint); cron mail and log pipelines want
@@ -177,7 +288,7 @@ fn one_line(rendered: &str) -> String {
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    format!("{} (see 'lockrun --help')", first.join(" "))
+    first.join(" ")
 }
 
 #[cfg(test)]
@@ -218,6 +329,9 @@ mod tests {
     #[test]
     fn one_line_errors() {
         let s = one_line("error: the following required arguments were not provided:\n  <COMMAND>...\n\nUsage: x\n");
-        assert_eq!(s, "error: the following required arguments were not provided: <COMMAND>... (see 'lockrun --help')");
+        assert_eq!(
+            s,
+            "error: the following required arguments were not provided: <COMMAND>..."
+        );
     }
 }

@@ -24,9 +24,12 @@ use exit_codes::ExitCode;
 
 /// Everything `main` does; returns the process exit code.
 pub fn main() -> i32 {
+    signals::record_sigpipe();
     let code = run().code();
     // Lines still queued for a slow stderr reader; bounded, and after the lock is released.
     logging::flush();
+    // Rust's own start-up code is not used (see main.rs), so nothing else flushes stdout.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     code
 }
 
@@ -42,7 +45,7 @@ fn run() -> ExitCode {
         env_filter.as_deref(),
         args.log_format,
     ) {
-        eprintln!("lockrun: error: {msg}");
+        logging::print_early_error(&msg, args.log_format == logging::Format::Json);
         return ExitCode::Usage;
     }
     // Handlers first, before any network I/O: a SIGTERM during start-up must not kill lockrun

@@ -30,13 +30,19 @@ pub fn init(
         EnvFilter::default().add_directive(level.into())
     } else {
         match env_filter.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(spec) => EnvFilter::try_new(spec)
-                .map_err(|e| format!("invalid LOCKRUN_LOG filter '{spec}': {e}"))?,
+            Some(spec) => {
+                check_filter(spec)?;
+                EnvFilter::try_new(spec)
+                    .map_err(|e| format!("LOCKRUN_LOG='{spec}' is not a log filter: {e}"))?
+                    // Errors are always printed, whatever the filter says.
+                    .add_directive(LevelFilter::ERROR.into())
+            }
             None => EnvFilter::default().add_directive(LevelFilter::INFO.into()),
         }
     };
+    let escape = format == Format::Text;
     let builder = tracing_subscriber::fmt()
-        .with_writer(|| QueuedStderr)
+        .with_writer(move || QueuedStderr { escape })
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false);
@@ -192,11 +198,27 @@ pub fn flush() {
 
 /// What tracing-subscriber writes each formatted event to: one `write_all` per event, so one
 /// call is one whole line.
-struct QueuedStderr;
+struct QueuedStderr {
+    /// Text format: control characters inside the line are escaped (JSON escapes its own).
+    escape: bool,
+}
 
 impl std::io::Write for QueuedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        SINK.push(buf);
+        if self.escape {
+            // A key or a value from the server may hold a newline (which would forge a second
+            // log line) or a terminal escape sequence (which would rewrite the operator's
+            // screen). The line's own final newline stays.
+            let text = String::from_utf8_lossy(buf);
+            let body = text.strip_suffix('\n').unwrap_or(&text);
+            let mut line = escape_controls(body).into_owned();
+            if body.len() < text.len() {
+                line.push('\n');
+            }
+            SINK.push(line.as_bytes());
+        } else {
+            SINK.push(buf);
+        }
         Ok(buf.len())
     }
 
@@ -206,6 +228,64 @@ impl std::io::Write for QueuedStderr {
 }
 
 /// The current UTC time as `2026-11-21T23:40:00Z`, for the holder value an operator reads.
+/// tracing reads a bare word as a *target* name, so `LOCKRUN_LOG=information` would silently
+/// select a target that does not exist and print nothing at all. A bare word must be a level;
+/// anything else needs the explicit `target=level` form.
+fn check_filter(spec: &str) -> Result<(), String> {
+    const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+    for directive in spec.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if directive.contains('=') || directive.contains('[') {
+            continue;
+        }
+        let word = directive.to_ascii_lowercase();
+        if word == "off" {
+            return Err(
+                "LOCKRUN_LOG=off would hide errors too: use -q (or LOCKRUN_QUIET=1) for errors only"
+                    .into(),
+            );
+        }
+        if !LEVELS.contains(&word.as_str()) {
+            return Err(format!(
+                "LOCKRUN_LOG: '{}' is not a level (error, warn, info, debug, trace) or a filter like lockrun=debug",
+                escape_controls(directive)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An error before logging is set up (a usage error, a bad LOCKRUN_LOG): one line on stderr,
+/// `lockrun: error: …`, or one JSON object when JSON log lines were asked for.
+pub fn print_early_error(message: &str, json: bool) {
+    if json {
+        let line = serde_json::json!({
+            "timestamp": utc_now(),
+            "level": "ERROR",
+            "message": message,
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("lockrun: error: {}", escape_controls(message));
+    }
+}
+
+/// Control characters as visible escapes (`\n`, `\t`, `\r`, `\u{1b}`): text log lines stay
+/// one line each and cannot carry terminal escape sequences.
+pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -237,7 +317,32 @@ fn format_utc(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{format_utc, Queue, QUEUE_LINES};
+    use super::{escape_controls, format_utc, Queue, QUEUE_LINES};
+
+    #[test]
+    fn log_filters_are_levels_or_target_directives() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "warn,lockrun=trace",
+            "lockrun::app=debug",
+            " trace ",
+        ] {
+            assert!(super::check_filter(ok).is_ok(), "{ok}");
+        }
+        for bad in ["information", "verbose", "info,loud", "off"] {
+            assert!(super::check_filter(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_controls("plain key"), "plain key");
+        assert_eq!(
+            escape_controls("a\nb\x1b[31mred\tc\r"),
+            "a\\nb\\u{1b}[31mred\\tc\\r"
+        );
+    }
 
     #[test]
     fn a_full_queue_drops_the_oldest_lines_and_counts_them() {
