@@ -75,10 +75,8 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         }
     }
     let grace = watchdog::loss_grace(spec.ttl, args.kill_after);
-    if grace < args.kill_after && args.on_lost == OnLost::Terminate {
-        info!(kill_after = %Human(args.kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
-              "--kill-after is longer than TTL/3: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
-    }
+    // Said once, when a job is about to start: a skipped cron tick stays one line.
+    let mut clamp_note = grace < args.kill_after && args.on_lost == OnLost::Terminate;
     loop {
         let lease = match acquire(&mut lock, &spec, &holder, wait_until, waiting, signals).await {
             Ok(lease) => lease,
@@ -87,6 +85,10 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
             Err(Failed::Code(code)) => return code,
         };
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
+        if std::mem::take(&mut clamp_note) {
+            info!(kill_after = %Human(args.kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
+                  "--kill-after is longer than TTL/3: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
+        }
 
         let env = [
             ("LOCKRUN_KEY", spec.key.clone()),
@@ -273,11 +275,16 @@ fn jitter(max: Duration) -> Duration {
 async fn release<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease, keep: Duration) {
     debug!(key = %spec.key, "releasing redis lock");
     let mut result = lock.release(spec, lease, keep).await;
-    if matches!(result, Err(LockError::Unavailable(_))) {
+    let retried = matches!(result, Err(LockError::Unavailable(_)));
+    if retried {
         // One retry on a fresh connection: release is safe to repeat (token-checked).
         result = lock.release(spec, lease, keep).await;
     }
     match result {
+        // The first attempt's outcome was unknown; most likely it did delete the key and only
+        // its reply was lost. Not a stolen lock: say what is known.
+        Ok(Release::NotOwner) if retried => info!(key = %spec.key,
+            "redis lock released (the first attempt's reply was lost; on retry the key was no longer ours: deleted by that attempt or expired)"),
         Ok(Release::Deleted) => info!(key = %spec.key, "redis lock released"),
         Ok(Release::Kept(d)) => {
             info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept until --min-hold ends)")

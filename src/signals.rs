@@ -205,6 +205,24 @@ impl Signals {
 }
 
 /// Is `sig` set to SIG_IGN right now (as inherited from whoever started us)?
+/// Whether lockrun's caller had SIGPIPE ignored (`trap '' PIPE`, a service manager's setting).
+static SIGPIPE_IGNORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called first thing in `main`: remembers the inherited SIGPIPE disposition for the command,
+/// then ignores SIGPIPE in lockrun itself, so a closed stderr gives its writes EPIPE instead of
+/// killing lockrun while it holds a lock.
+pub fn record_sigpipe() {
+    SIGPIPE_IGNORED.store(ignored(libc::SIGPIPE), Ordering::Relaxed);
+    // SAFETY: signal(2) with SIG_IGN; nothing else has started yet.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// The command gets SIGPIPE ignored only if lockrun's caller had it ignored (std resets it to
+/// the default in every child, which is right for the other case).
+pub fn sigpipe_was_ignored() -> bool {
+    SIGPIPE_IGNORED.load(Ordering::Relaxed)
+}
+
 fn ignored(sig: i32) -> bool {
     // SAFETY: sigaction with a null new action only reads the current disposition.
     unsafe {

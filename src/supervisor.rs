@@ -39,6 +39,32 @@ pub struct Options {
     pub mask: libc::sigset_t,
 }
 
+/// exec(2) reports ENOENT both for a missing program and for a script whose `#!` interpreter is
+/// missing; the second reads as nonsense ("command not found" for a file that is there), so
+/// find the script the way exec did and name what is really missing.
+fn missing_interpreter(program: &std::ffi::OsStr) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+    let path = if program.as_bytes().contains(&b'/') {
+        PathBuf::from(program)
+    } else {
+        let dirs = std::env::var_os("PATH")?;
+        std::env::split_paths(&dirs)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())?
+    };
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(&path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let interp = String::from_utf8_lossy(line)
+        .split_whitespace()
+        .next()?
+        .to_string();
+    (!std::path::Path::new(&interp).exists()).then_some(interp)
+}
+
 #[derive(Debug)]
 pub enum SpawnError {
     NotFound(String),
@@ -160,6 +186,7 @@ impl Job {
         }
         let parent = unistd::getpid();
         let mask = opts.mask;
+        let sigpipe_ignored = signals::sigpipe_was_ignored();
         // The monotonic clock as a raw timespec the child can compare with no allocation.
         let start_by = start_by.map(|at| {
             timespec_after(
@@ -168,7 +195,7 @@ impl Job {
             )
         });
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (clock_gettime, prctl, getppid, sigprocmask, tcsetpgrp, getpid); it
+        // system calls (clock_gettime, sigprocmask, signal, prctl, getppid, tcsetpgrp, getpid); it
         // allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
@@ -184,6 +211,11 @@ impl Job {
                 // std cleared the mask for the child; the command gets the one lockrun was
                 // started with (a caller's blocked signals are the caller's business).
                 libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+                // std reset SIGPIPE to the default for the child; a caller that ignored it
+                // wants its command to inherit that, as with every other ignored signal.
+                if sigpipe_ignored {
+                    libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                }
                 // If lockrun is SIGKILLed, the kernel sends the command SIGTERM, so it does not
                 // run on for long without a lock that nobody renews any more.
                 nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
@@ -206,9 +238,12 @@ impl Job {
         // so by the time this returns the command has really started.
         let child = cmd.spawn().map_err(|e| match e.kind() {
             _ if e.raw_os_error() == Some(libc::ETIME) => SpawnError::LeaseExpired,
-            io::ErrorKind::NotFound => {
-                SpawnError::NotFound(format!("command not found: {program}"))
-            }
+            io::ErrorKind::NotFound => SpawnError::NotFound(match missing_interpreter(&argv[0]) {
+                Some(interp) => format!(
+                    "cannot run {program}: its interpreter {interp} (named on its #! line) was not found"
+                ),
+                None => format!("command not found: {program}"),
+            }),
             _ => SpawnError::NotExecutable(format!("cannot execute {program}: {e}")),
         })?;
         let pid = Pid::from_raw(child.id() as i32);
