@@ -2,5 +2,6 @@ mod contention;
 mod core;
 mod faults;
 mod faults_net;
+mod hardening;
 mod safety;
 pub(crate) mod supervision;

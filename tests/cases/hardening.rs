@@ -1,0 +1,276 @@
+//! Issue 10's odd usage, one test per item handled here: forgiving configuration, messages that
+//! say what is wrong, log lines that stay one line, and the command's signal dispositions.
+
+use crate::support::*;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// A failing run's stderr: the documented code, one line, mentioning `needle`.
+fn assert_one_line(cmd: Command, code: i32, needle: &str) -> String {
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+#[test]
+fn negative_numbers_are_out_of_range_not_unknown_flags() {
+    for (args, needle) in [
+        (&["-E", "-1"][..], "out of range: an exit code is 0 to 255"),
+        (&["--conflict-exit-code=-1"], "out of range"),
+        (&["--limit", "-1"], "out of range: --limit is 1 to 100000"),
+        (&["-l", "0"], "out of range"),
+    ] {
+        let mut cmd = bare_lockrun();
+        cmd.args(["-r", "redis://127.0.0.1:1"])
+            .args(args)
+            .args(["k", "true"]);
+        assert_one_line(cmd, 64, needle);
+    }
+}
+
+#[test]
+fn switches_in_the_environment_take_the_usual_spellings() {
+    let redis = Redis::start();
+    for value in ["1", "yes", "on", "TRUE", "0", "no", "off", "false", ""] {
+        let mut cmd = lockrun(&redis);
+        cmd.env("LOCKRUN_NO_GROUP", value)
+            .env("LOCKRUN_SUBREAPER", value)
+            .args(["switch", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{value:?}: {}", stderr_of(&out));
+    }
+    // A value that is not a switch names the variable, not the flag only.
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_NO_GROUP", "maybe")
+        .args(["switch", "true"]);
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_NO_GROUP");
+    // The same for any option's variable.
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_TTL", "soon").args(["switch", "true"]);
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_TTL");
+    // A flag on the command line wins, so an invalid variable does not matter then.
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_TTL", "soon")
+        .args(["-t", "5s", "switch", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+}
+
+#[test]
+fn an_empty_variable_counts_as_unset() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    for var in [
+        "LOCKRUN_TTL",
+        "LOCKRUN_WAIT",
+        "LOCKRUN_KILL_AFTER",
+        "LOCKRUN_CONFLICT_EXIT_CODE",
+        "LOCKRUN_LIMIT",
+        "LOCKRUN_ON_LOST",
+        "LOCKRUN_LOG_FORMAT",
+        "LOCKRUN_QUIET",
+        "LOCKRUN_LOG",
+    ] {
+        cmd.env(var, "");
+    }
+    cmd.args(["empty", "sh", "-c", "echo $LOCKRUN_FENCE"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("ttl=30s"), "{}", stderr_of(&out));
+}
+
+#[test]
+fn quiet_has_a_variable_too() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_QUIET", "1").args(["hush", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stderr_of(&out), "", "nothing but errors");
+}
+
+#[test]
+fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
+    // Before: `information` was taken as a target name and silenced everything, fatal errors
+    // included (exit 69 with an empty stderr).
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_LOG", "information")
+        .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
+    assert_one_line(cmd, 64, "'information' is not a level");
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_LOG", "off")
+        .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
+    assert_one_line(cmd, 64, "use -q");
+    // A filter for some other target still lets lockrun's errors through.
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_LOG", "tokio=trace")
+        .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
+    assert_one_line(cmd, 69, "unavailable");
+}
+
+#[test]
+fn usage_errors_are_json_when_json_was_asked_for() {
+    let check = |mut cmd: Command| {
+        cmd.args(["-t", "0", "k", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64));
+        let err = stderr_of(&out);
+        let v: serde_json::Value = serde_json::from_str(err.trim_end())
+            .unwrap_or_else(|e| panic!("not one JSON object ({e}): {err:?}"));
+        assert_eq!(v["level"], "ERROR");
+        assert!(v["message"]
+            .as_str()
+            .unwrap()
+            .contains("TTL must be between"));
+    };
+    let mut cmd = bare_lockrun();
+    cmd.args(["--log-format", "json"]);
+    check(cmd);
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_LOG_FORMAT", "json");
+    check(cmd);
+    // A bad LOCKRUN_LOG is reported the same way.
+    let mut cmd = bare_lockrun();
+    cmd.env("LOCKRUN_LOG", "loud").args([
+        "--log-format=json",
+        "-r",
+        "redis://127.0.0.1:1",
+        "k",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(stderr_of(&out).starts_with("{\""), "{}", stderr_of(&out));
+}
+
+#[test]
+fn control_characters_in_a_key_cannot_forge_log_lines() {
+    let redis = Redis::start();
+    let key = "evil\n2026-01-01T00:00:00Z  INFO redis lock released key=x\x1b[2J";
+    redis.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args([key, "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(75));
+    let err = stderr_of(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err:?}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+    assert!(err.contains("evil\\n2026"), "{err:?}");
+}
+
+#[test]
+fn a_script_whose_interpreter_is_missing_names_the_interpreter() {
+    let redis = Redis::start();
+    let script = redis.dir.path().join("job.sh");
+    std::fs::write(&script, "#!/nonexistent/bin/interp -x\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("interp").arg(&script);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(
+        err.contains("its interpreter /nonexistent/bin/interp"),
+        "{err}"
+    );
+    assert!(!redis.exists("interp"), "released");
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_is_not_reported_as_a_stolen_lock() {
+    // Replies are dropped by a proxy from shortly before the job ends: the release is executed
+    // but its reply never arrives; it times out after TTL/3 (1 s), and by then the replies flow
+    // again, so the retry's answer ("not ours": the first attempt deleted it) is seen.
+    use crate::support::proxy::{Fault, Proxy};
+    let redis = Redis::start_tcp();
+    let proxy = Proxy::start(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        redis.port.expect("a TCP redis"),
+    )));
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r")
+        .arg(proxy.url())
+        .args(["-t", "3s", "slowrel", "sleep", "0.4"]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    eventually("the lock to be taken", || redis.exists("slowrel"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    proxy.set(Fault::DropReplies);
+    // The job ends at 0.4 s and the release is sent then; its timeout ends at 1.4 s.
+    eventually("the release to be executed", || !redis.exists("slowrel"));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    proxy.set(Fault::None);
+    let out = wait_output(child);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("redis lock released (the first attempt's reply was lost"),
+        "{err}"
+    );
+    assert!(!err.contains("no longer ours at release"), "{err}");
+}
+
+/// SigIgn of the command, as lockrun started with `ignore_pipe` would give it.
+fn command_sigign(redis: &Redis, ignore_pipe: bool) -> u64 {
+    let mut cmd = lockrun(redis);
+    cmd.args(["pipe", "grep", "SigIgn", "/proc/self/status"]);
+    // SAFETY: only signal(2) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let action = if ignore_pipe {
+                libc::SIG_IGN
+            } else {
+                libc::SIG_DFL
+            };
+            libc::signal(libc::SIGPIPE, action);
+            Ok(())
+        });
+    }
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let field = stdout_of(&out);
+    u64::from_str_radix(field.split_whitespace().nth(1).unwrap(), 16).unwrap()
+}
+
+#[test]
+fn sigpipe_ignored_by_the_caller_stays_ignored_for_the_command() {
+    let redis = Redis::start();
+    let pipe = 1u64 << (libc::SIGPIPE - 1);
+    assert_eq!(
+        command_sigign(&redis, true) & pipe,
+        pipe,
+        "inherited ignored"
+    );
+    assert_eq!(
+        command_sigign(&redis, false) & pipe,
+        0,
+        "default stays default"
+    );
+}
+
+#[test]
+fn help_says_what_the_readme_says() {
+    let mut cmd = bare_lockrun();
+    cmd.arg("--help");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout_of(&out);
+    for needle in [
+        "rediss://",
+        "SSL_CERT_FILE",
+        "100ms to 24h",
+        "0 to 255",
+        "1 to 100000",
+        "at most 30d",
+        "[env: LOCKRUN_TTL]",
+        "[env: LOCKRUN_QUIET]",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    // `[env: LOCKRUN_TTL=]` read as "set to empty".
+    assert!(!help.contains("=]"), "{help}");
+}
