@@ -8,4 +8,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
+source tests/ensure-valkey.sh
 cargo test --locked "$@"

@@ -5,3 +5,4 @@ mod faults_net;
 mod hardening;
 mod safety;
 pub(crate) mod supervision;
+mod valkey;

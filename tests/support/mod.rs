@@ -43,6 +43,31 @@ pub fn redis_server_binary() -> PathBuf {
     .clone()
 }
 
+/// Valkey, for the tests that run lockrun against it: `LOCKRUN_TEST_VALKEY_SERVER`,
+/// `valkey-server` on PATH, or the copy `tests/ensure-valkey.sh` keeps in target/test-tools/.
+pub fn valkey_server_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("LOCKRUN_TEST_VALKEY_SERVER") {
+            return PathBuf::from(p);
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let cached = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/valkey-server");
+        std::env::split_paths(&path)
+            .map(|d| d.join("valkey-server"))
+            .chain([cached])
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "valkey-server not found. Some tests run lockrun against Valkey: \
+                     `bash tests/ensure-valkey.sh` (or `bash tests/run.sh`) fetches Valkey 8.1.8 \
+                     into target/test-tools/, or point LOCKRUN_TEST_VALKEY_SERVER at a binary."
+                )
+            })
+    })
+    .clone()
+}
+
 pub struct Redis {
     child: Child,
     pub dir: tempfile::TempDir,
@@ -73,11 +98,20 @@ impl Redis {
         Redis::launch(true, None, true)
     }
 
+    /// A Valkey server on a unix socket (the same options as redis-server).
+    pub fn start_valkey() -> Redis {
+        Redis::launch_with(&valkey_server_binary(), false, None, false)
+    }
+
     fn launch(tcp: bool, password: Option<&str>, tls: bool) -> Redis {
+        Redis::launch_with(&redis_server_binary(), tcp, password, tls)
+    }
+
+    fn launch_with(bin: &Path, tcp: bool, password: Option<&str>, tls: bool) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("redis.sock");
         let port = if tcp { Some(free_port()) } else { None };
-        let mut cmd = Command::new(redis_server_binary());
+        let mut cmd = Command::new(bin);
         if tls {
             make_certificates(dir.path());
             let path = |f: &str| dir.path().join(f);
@@ -107,7 +141,7 @@ impl Redis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", redis_server_binary().display()));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         let redis = Redis {
             child,
             dir,
