@@ -14,6 +14,7 @@ if [ -z "${LOCKRUN_TEST_VALKEY_SERVER:-}" ] && ! command -v valkey-server >/dev/
     echo ">>> installing python3-pip with apt-get" >&2
     lockrun_sudo=""
     [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
+    $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
   fi
   lockrun_tmp=$(mktemp -d)
