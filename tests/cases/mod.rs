@@ -3,4 +3,5 @@ mod core;
 mod faults;
 mod faults_net;
 mod safety;
+mod secrets;
 pub(crate) mod supervision;
