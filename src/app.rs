@@ -5,6 +5,7 @@ use crate::cli::{Args, OnLost};
 use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
 use crate::lock::redis::RedisLock;
+use crate::lock::url::Credentials;
 use crate::lock::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release};
 use crate::signals::{self, Signals};
 use crate::supervisor::{self, Guard, Job, SpawnError};
@@ -25,7 +26,13 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         ttl: args.ttl,
         limit: args.limit,
     };
-    let mut lock = match RedisLock::new(&args.redis, request_timeout(args.ttl)) {
+    let creds = Credentials::from_options(
+        args.redis_user.as_deref(),
+        std::env::var_os("LOCKRUN_REDIS_PASSWORD"),
+        args.redis_password_file.as_deref(),
+    );
+    let lock = creds.and_then(|c| RedisLock::new(&args.redis, &c, request_timeout(args.ttl)));
+    let mut lock = match lock {
         Ok(lock) => lock,
         Err(msg) => {
             error!("{msg}");

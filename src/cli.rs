@@ -36,7 +36,7 @@ elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error
 )]
 pub struct Args {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
-    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock, redis+unix:///path?db=N.
+    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P].
     /// Passwords are never printed
     #[arg(
         short,
@@ -47,6 +47,18 @@ pub struct Args {
         hide_env_values = true
     )]
     pub redis: String,
+
+    /// ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL,
+    /// LOCKRUN_REDIS_PASSWORD or --redis-password-file)
+    #[arg(long, env = "LOCKRUN_REDIS_USER", value_name = "NAME", hide_env_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub redis_user: Option<String>,
+
+    /// Read the Redis password from FILE (one trailing newline stripped), keeping it out of the
+    /// crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)
+    #[arg(long, env = "LOCKRUN_REDIS_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
+          value_parser = clap::value_parser!(std::path::PathBuf))]
+    pub redis_password_file: Option<std::path::PathBuf>,
 
     /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
     /// 1h, 1d; a bare number is seconds)

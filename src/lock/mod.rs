@@ -6,6 +6,7 @@
 //! implements the same trait and the supervisor, watchdog and waiting loop do not change.
 
 pub mod redis;
+pub mod url;
 
 use std::fmt;
 use std::time::Duration;

@@ -1,9 +1,10 @@
 //! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
 //! so check-and-act is atomic on the server and costs exactly one round trip.
 
+use super::url::{self, Credentials, Secrets};
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
 use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, Client, Value};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -31,9 +32,10 @@ pub struct RedisLock {
     client: Client,
     config: AsyncConnectionConfig,
     timeout: Duration,
-    /// The URL with its password replaced, for every message we print.
+    /// The URL with its credentials replaced, for every message we print.
     shown: String,
-    secret: Option<String>,
+    /// Every password we were given, scrubbed from every message we print.
+    secrets: Secrets,
     /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
     /// of queueing behind a half-dead socket.
     conn: Option<MultiplexedConnection>,
@@ -41,22 +43,16 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    /// Validates the URL without connecting. `timeout` bounds connecting and every reply.
-    pub fn new(url: &str, timeout: Duration) -> Result<RedisLock, String> {
-        let shown = redact_url(url);
-        let secret = url_password(url);
-        let scrub = |m: String| scrub(&m, secret.as_deref());
-        let info = url
-            .into_connection_info()
-            .map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
-        // CLIENT SETINFO would add a round trip to every run for a label nobody reads.
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        // Nagle would hold back a request written while an earlier one is unacknowledged;
-        // every request here is latency-bound.
-        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
-        let client =
-            Client::open(info).map_err(|e| scrub(format!("invalid Redis URL '{shown}': {e}")))?;
+    /// Validates the URL and credentials without connecting (see [`url::target`]).
+    /// `timeout` bounds connecting and every reply.
+    pub fn new(url: &str, creds: &Credentials, timeout: Duration) -> Result<RedisLock, String> {
+        let url::Target {
+            info,
+            shown,
+            secrets,
+        } = url::target(url, creds)?;
+        let client = Client::open(info)
+            .map_err(|e| secrets.scrub(&format!("invalid Redis URL '{shown}': {e}")))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -65,7 +61,7 @@ impl RedisLock {
             config,
             timeout,
             shown,
-            secret,
+            secrets,
             conn: None,
             wake: None,
         })
@@ -77,10 +73,10 @@ impl RedisLock {
     }
 
     fn unavailable(&self, e: &redis::RedisError) -> LockError {
-        LockError::Unavailable(scrub(
-            &format!("Redis at {} unavailable: {e}", self.shown),
-            self.secret.as_deref(),
-        ))
+        LockError::Unavailable(
+            self.secrets
+                .scrub(&format!("Redis at {} unavailable: {e}", self.shown)),
+        )
     }
 
     /// Awaits `fut` for at most the request timeout; both a failure and the timeout mean
@@ -93,10 +89,10 @@ impl RedisLock {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.unavailable(&e)),
-            Err(_) => Err(LockError::Unavailable(format!(
+            Err(_) => Err(LockError::Unavailable(self.secrets.scrub(&format!(
                 "Redis at {} unavailable: {what} within {:?}",
                 self.shown, self.timeout
-            ))),
+            )))),
         }
     }
 
@@ -130,10 +126,10 @@ impl RedisLock {
                 self.conn = None;
                 Err(self.unavailable(&e))
             }
-            Err(e) => Err(LockError::Misuse(scrub(
-                &format!("Redis rejected the lock script: {e}"),
-                self.secret.as_deref(),
-            ))),
+            Err(e) => Err(LockError::Misuse(
+                self.secrets
+                    .scrub(&format!("Redis rejected the lock script: {e}")),
+            )),
         }
     }
 }
@@ -417,41 +413,6 @@ fn has_hash_tag(key: &str) -> bool {
     }
 }
 
-/// The password in a URL's user-info part, if any (percent-decoding is not needed for
-/// scrubbing: we scrub both forms).
-fn url_password(url: &str) -> Option<String> {
-    let rest = &url[url.find("://")? + 3..];
-    let auth = &rest[..rest.rfind('@')?];
-    let pass = auth.split_once(':').map(|(_, p)| p).unwrap_or(auth);
-    (!pass.is_empty()).then(|| pass.to_string())
-}
-
-/// `redis://user:secret@host` → `redis://user:***@host`; also a lone `redis://secret@host`.
-/// Works on strings that do not parse as URLs, since those are exactly the ones we report.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_string();
-    };
-    let user = match rest[..at].split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_string(),
-    };
-    format!("{}{user}{}", &url[..scheme_end], &rest[at..])
-}
-
-/// Replaces any occurrence of the secret in a message (e.g. an error that quotes the URL).
-fn scrub(message: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if !s.is_empty() => message.replace(s, "***"),
-        _ => message.to_string(),
-    }
-}
-
 impl Holder {
     /// A fresh holder identity: 128 random bits from the OS, plus who and where we are.
     pub fn new() -> Holder {
@@ -492,33 +453,6 @@ mod tests {
         // The old scheme gave `a` and `{a}` one counter; the marker keeps them apart.
         assert_ne!(helper_key("a", "fence"), helper_key("{a}", "fence"));
         assert_ne!(helper_key("a", "fence"), helper_key("{a}:fence", "fence"));
-    }
-
-    #[test]
-    fn redaction() {
-        assert_eq!(
-            redact_url("redis://:hunter2@h:6379/0"),
-            "redis://:***@h:6379/0"
-        );
-        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
-        assert_eq!(redact_url("rediss://secret@h"), "rediss://***@h");
-        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
-        assert_eq!(redact_url("unix:///tmp/r.sock"), "unix:///tmp/r.sock");
-        assert_eq!(redact_url("not a url"), "not a url");
-        assert_eq!(url_password("redis://u:p@ss@h").as_deref(), Some("p@ss"));
-        assert_eq!(url_password("redis://h"), None);
-    }
-
-    #[test]
-    fn bad_urls_never_echo_the_password() {
-        for url in [
-            "ftp://:hunter2@h",
-            "redis://:hunter2@h:notaport",
-            "redis://:hunter2@",
-        ] {
-            let err = RedisLock::new(url, Duration::from_secs(1)).err().unwrap();
-            assert!(!err.contains("hunter2"), "{err}");
-        }
     }
 
     #[test]

@@ -180,7 +180,11 @@ impl Redis {
 
     pub fn client(&self) -> redis::Client {
         let url = match &self.password {
-            Some(pw) => format!("redis+unix://{}?pass={pw}", self.socket.display()),
+            Some(pw) => format!(
+                "redis+unix://{}?pass={}",
+                self.socket.display(),
+                query_escape(pw)
+            ),
             None => format!("unix://{}", self.socket.display()),
         };
         redis::Client::open(url).expect("client")
@@ -221,6 +225,17 @@ impl Redis {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }
+}
+
+/// A query value is percent-decoded (and `+` read as a space): a password with `%`, `&`, `+`
+/// or `#` must be escaped to arrive unchanged.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'%' | b'&' | b'+' | b'#' | b' ' | b'=' => format!("%{b:02X}"),
+            _ => (b as char).to_string(),
+        })
+        .collect()
 }
 
 impl Drop for Redis {
