@@ -6,4 +6,5 @@ mod hardening;
 mod safety;
 mod secrets;
 pub(crate) mod supervision;
+mod topology;
 mod valkey;

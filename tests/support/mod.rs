@@ -9,6 +9,7 @@
 
 pub mod chaos;
 pub mod proxy;
+pub mod topology;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
