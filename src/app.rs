@@ -75,12 +75,6 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         Wait::For(d) => Some(Instant::now() + d),
         Wait::Forever => None,
     };
-    if waiting {
-        // Before the first attempt: a release between our attempt and our sleep is not missed.
-        if let Err(e) = lock.subscribe_wakeups(&spec).await {
-            return unavailable(&e);
-        }
-    }
     let grace = watchdog::loss_grace(spec.ttl, args.kill_after);
     // Said once, when a job is about to start: a skipped cron tick stays one line.
     let mut clamp_note = grace < args.kill_after && args.on_lost == OnLost::Terminate;
@@ -177,6 +171,15 @@ async fn acquire<L: LockService>(
     loop {
         if let Some(sig) = signals.take_abort() {
             return Err(abort(lock, spec, holder, waiting, sig).await);
+        }
+        if waiting {
+            // Before each attempt (a no-op while subscribed): a release between our attempt and
+            // our sleep is not missed. A failure here is not the end of the wait: a queued CI
+            // job must survive a Redis restart; the attempt below meets the same outage and
+            // is retried until the wait ends (the heartbeat poll covers a missing subscription).
+            if let Err(e) = lock.subscribe_wakeups(spec).await {
+                debug!(error = %e, "no subscription to release hints yet");
+            }
         }
         let attempt = lock.acquire(spec, holder, waiting).await;
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));

@@ -102,7 +102,8 @@ impl fmt::Display for LockError {
 #[allow(async_fn_in_trait)] // Used with static dispatch only; futures never cross threads.
 pub trait LockService {
     /// Subscribe to release hints before the first attempt, so that no release between an
-    /// attempt and the wait that follows it can be missed.
+    /// attempt and the wait that follows it can be missed. Called before every attempt while
+    /// waiting: a no-op while subscribed, a new subscription after the old one died.
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError>;
     /// One attempt. With `queue`, an attempt that fails leaves (or renews) a place in the
     /// waiter queue: waiters take turns in arrival order and nobody barges past them.

@@ -117,21 +117,81 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, LockError> {
-        let mut conn = self.connection().await?;
+        match self.eval_once(script, keys, args).await {
+            // The connection was dropped under the request (the server closed an idle client,
+            // CLIENT KILL, a proxy restart): one more try on a fresh connection, so one broken
+            // socket does not fail a run. Safe because every script here is idempotent for its
+            // caller (an acquire finding our own value is success; renew and the queue scripts
+            // are token-checked). Not after a timeout or a refused connection: the server is
+            // slow, black-holed or down, and the budget for this request is spent.
+            Err(Failed::Dropped(e)) => {
+                tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
+                self.eval_once(script, keys, args)
+                    .await
+                    .map_err(Failed::into_error)
+            }
+            other => other.map_err(Failed::into_error),
+        }
+    }
+
+    /// One `EVAL` without the retry: for release, whose caller retries itself and must know
+    /// that the first attempt's outcome is unknown (see `app::release`).
+    async fn eval_once(
+        &mut self,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<Value, Failed> {
+        let mut conn = self.connection().await.map_err(Failed::Other)?;
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
         match cmd.query_async::<Value>(&mut conn).await {
             Ok(v) => Ok(v),
+            Err(e) if is_dropped(&e) => {
+                self.conn = None;
+                Err(Failed::Dropped(self.unavailable(&e)))
+            }
             Err(e) if is_transient(&e) => {
                 self.conn = None;
-                Err(self.unavailable(&e))
+                Err(Failed::Other(self.unavailable(&e)))
             }
-            Err(e) => Err(LockError::Misuse(
+            Err(e) => Err(Failed::Other(LockError::Misuse(
                 self.secrets
                     .scrub(&format!("Redis rejected the lock script: {e}")),
-            )),
+            ))),
         }
     }
+}
+
+/// How one `EVAL` failed: on a connection that was dropped under it, or otherwise.
+enum Failed {
+    Dropped(LockError),
+    Other(LockError),
+}
+
+impl Failed {
+    fn into_error(self) -> LockError {
+        match self {
+            Failed::Dropped(e) | Failed::Other(e) => e,
+        }
+    }
+}
+
+/// The connection broke (reset, closed, killed) rather than timing out or being refused.
+fn is_dropped(e: &redis::RedisError) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    if e.is_timeout() || e.is_connection_refusal() {
+        return false;
+    }
+    e.is_connection_dropped()
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
+                )
+            })
 }
 
 /// Errors after which the request may or may not have taken effect, and a retry on a fresh
@@ -158,6 +218,9 @@ fn is_transient(e: &redis::RedisError) -> bool {
 
 impl LockService for RedisLock {
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError> {
+        if self.wake.is_some() {
+            return Ok(());
+        }
         let fut = self.client.get_async_pubsub();
         let mut pubsub = self.bounded("no connection", fut).await?;
         let channel = wake_channel(&spec.key);
@@ -292,12 +355,13 @@ impl LockService for RedisLock {
         };
         let keys = Keys::of(&spec.key);
         match self
-            .eval(
+            .eval_once(
                 script,
                 &[&spec.key, &keys.queue, &keys.tickets],
                 &[&lease.holder.value, &keep, &keys.channel],
             )
-            .await?
+            .await
+            .map_err(Failed::into_error)?
         {
             Value::Int(1) => Ok(Release::Deleted),
             Value::Int(2) => Ok(Release::Kept(keep_for)),
@@ -330,21 +394,30 @@ impl LockService for RedisLock {
         let Some(pubsub) = self.wake.as_mut() else {
             return tokio::time::sleep(max).await;
         };
-        let stream = pubsub.on_message();
-        let mut stream = std::pin::pin!(stream);
-        let token = holder.token.as_bytes();
-        let ours = async {
-            // Hints name the waiter whose turn it is; the others sleep on.
-            while let Some(msg) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
-                if msg.get_payload_bytes() == token {
-                    return;
+        let dead = std::cell::Cell::new(false);
+        {
+            let stream = pubsub.on_message();
+            let mut stream = std::pin::pin!(stream);
+            let token = holder.token.as_bytes();
+            let ours = async {
+                // Hints name the waiter whose turn it is; the others sleep on.
+                while let Some(msg) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
+                {
+                    if msg.get_payload_bytes() == token {
+                        return;
+                    }
                 }
-            }
-            // The subscription connection died: fall back to sleeping (the caller's bound
-            // still holds, and the ticket renewal doubles as a poll).
-            std::future::pending::<()>().await
-        };
-        let _ = tokio::time::timeout(max, ours).await;
+                // The subscription connection died: fall back to sleeping (the caller's bound
+                // still holds, and the ticket renewal doubles as a poll).
+                dead.set(true);
+                std::future::pending::<()>().await
+            };
+            let _ = tokio::time::timeout(max, ours).await;
+        }
+        if dead.get() {
+            // Subscribe again before the next attempt (see `subscribe_wakeups`).
+            self.wake = None;
+        }
     }
 }
 

@@ -274,3 +274,74 @@ fn help_says_what_the_readme_says() {
     // `[env: LOCKRUN_TTL=]` read as "set to empty".
     assert!(!help.contains("=]"), "{help}");
 }
+
+#[test]
+fn a_waiter_outlasts_a_redis_that_is_not_up_yet() {
+    // A CI job queued with --wait while its Redis restarts: lockrun starts first, the server
+    // a second later. Before: exit 69 within milliseconds (the first subscribe was fatal).
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("later.sock");
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r")
+        .arg(format!("unix://{}", sock.display()))
+        .args(["--wait", "15s", "later", "echo", "ran"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let mut server = Command::new(redis_server_binary())
+        .args(["--port", "0", "--save", "", "--unixsocket"])
+        .arg(&sock)
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child);
+    let _ = server.kill();
+    let _ = server.wait();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(stdout_of(&out), "ran\n");
+    assert!(
+        err.contains("Redis unavailable while waiting for the lock; retrying"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_waiter_whose_subscription_is_killed_subscribes_again() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "resub", "other", "PX", "4000"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--wait", "15s", "resub", "true"]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pubsub = |r: &Redis| -> usize {
+        let list: String = r.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+        list.lines().count()
+    };
+    eventually("the waiter to subscribe", || pubsub(&redis) == 1);
+    redis.cmd::<i64>(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    eventually("the subscription to be gone", || pubsub(&redis) == 0);
+    eventually("the waiter to subscribe again", || pubsub(&redis) == 1);
+    let out = wait_output(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+#[test]
+fn a_connection_the_server_closed_costs_no_failed_renewal() {
+    // The server drops clients idle for a second; renewals come every 2 s (TTL 6 s), each on a
+    // connection the server has closed: one silent retry on a new connection, not a failure.
+    let redis = Redis::start();
+    redis.cmd::<()>(&["CONFIG", "SET", "timeout", "1"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "6s", "idle", "sleep", "4.5"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("renewal failed"), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(!redis.exists("idle"), "released");
+}
