@@ -1,8 +1,9 @@
--- Does the holder whose secret token is ARGV[1] hold KEYS[1]? (reentrancy check)
--- A holder value is "<id> host=...", the id being the SHA-1 of the token. The id is public (GET,
--- ZRANGE, logs of older versions), so it is derived here from the token presented: only the
--- job that was given the token can pass, not whoever read the id.
-local prefix = redis.sha1hex(ARGV[1]) .. ' '
+-- Does the holder whose public id is ARGV[1] hold KEYS[1]? (reentrancy check)
+-- A holder value is "<id> host=...", so an id matches a value's first word. The caller derives
+-- the id from the secret token it was given; the token itself is never sent, since MONITOR and
+-- SLOWLOG show a script's arguments to other clients. Presenting an id read from Redis or a log
+-- as the token fails: the caller hashes it again.
+local prefix = ARGV[1] .. ' '
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'string' then
   local v = redis.call('GET', KEYS[1])

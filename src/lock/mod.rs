@@ -26,21 +26,21 @@ pub struct LockSpec {
 /// cannot be turned back into it.
 #[derive(Clone, Debug)]
 pub struct Holder {
-    /// The secret: 128 random bits (UUID v4, hex). Given to the job alone (`LOCKRUN_TOKEN`), and
-    /// sent to Redis only as the argument of the reentrancy check, which hashes it there.
+    /// The secret: 128 random bits (UUID v4, hex). Given to the job alone (`LOCKRUN_TOKEN`);
+    /// never sent to Redis, where `MONITOR` and `SLOWLOG` would show it to other clients.
     pub token: String,
     /// The public name: [`public_id`] of `token`. The lock value, semaphore members, waiter
     /// queue members and wake-up messages carry this; ownership is decided by it (a holder
-    /// compares its own value or id), reentrancy by the token that hashes to it.
+    /// compares its own value or id), reentrancy by presenting a token that hashes to it.
     pub id: String,
     /// `<id> host=<h> pid=<p> started=<utc>`: what `redis-cli GET <KEY>` shows.
     pub value: String,
 }
 
-/// Lowercase hex SHA-1 of a token: what Redis Lua's `redis.sha1hex` gives, so the server can
-/// check a presented token against a stored id without the token ever being stored. SHA-1's
-/// known weakness is collisions, not preimages, and the token has 128 random bits: knowing the
-/// id gives no way back to the token.
+/// Lowercase hex SHA-1 of a token (as Redis Lua's `redis.sha1hex` would give it). The reentrancy
+/// check hashes the token it was given and looks for the result, so the id itself is useless
+/// as a token. SHA-1's known weakness is collisions, not preimages, and the token has 128
+/// random bits: knowing the id gives no way back to the token.
 pub fn public_id(token: &str) -> String {
     sha1_smol::Sha1::from(token).digest().to_string()
 }
@@ -152,7 +152,8 @@ pub trait LockService {
         keep_for: Duration,
     ) -> Result<Release, LockError>;
     /// Does the holder whose secret is `token` hold `spec.key` right now? (Reentrancy: a nested
-    /// lockrun asks this.) A public id in place of the token must not pass.
+    /// lockrun asks this.) A public id in place of the token must not pass, and the token must
+    /// not be sent anywhere other clients can read it (compare [`public_id`] of it instead).
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError>;
     /// Give up a place in the waiter queue (wait timed out or aborted).
     async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError>;

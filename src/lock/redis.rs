@@ -304,7 +304,10 @@ impl LockService for RedisLock {
     }
 
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
-        match self.eval(HELD_BY, &[&spec.key], &[token]).await? {
+        // Hashed here, not on the server: the token never leaves this process, and an id
+        // presented in its place hashes to something else.
+        let id = super::public_id(token);
+        match self.eval(HELD_BY, &[&spec.key], &[&id]).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected(&other)),
         }

@@ -325,3 +325,58 @@ fn a_lock_reserved_for_a_queued_waiter_does_not_name_it() {
     assert!(line.contains("reserved for"), "{line}");
     assert!(!line.contains(member), "the queued waiter is named: {line}");
 }
+
+#[test]
+fn the_reentrancy_check_does_not_send_the_token_where_other_clients_can_see_it() {
+    let redis = Redis::start();
+    let holding = Holding::start(&redis, "h", &[], "watched");
+    let token = holding.token();
+
+    // MONITOR shows every command with its arguments to any client allowed to run it (and
+    // SLOWLOG keeps the slow ones): what the check sends must not include the secret.
+    let mut conn = redis.conn();
+    conn.set_read_timeout(Some(PATIENCE)).unwrap();
+    conn.send_packed_command(&redis::cmd("MONITOR").get_packed_command())
+        .unwrap();
+    assert_eq!(conn.recv_response().unwrap(), redis::Value::Okay);
+    let sentinel = "end-of-monitoring";
+    let monitor = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        loop {
+            let line = match conn.recv_response().expect("MONITOR line") {
+                redis::Value::SimpleString(s) => s,
+                other => format!("{other:?}"),
+            };
+            let done = line.contains(sentinel);
+            seen.push(line);
+            if done {
+                return seen;
+            }
+        }
+    });
+
+    let mut nested = lockrun(&redis);
+    nested
+        .env("LOCKRUN_KEY", "watched")
+        .env("LOCKRUN_TOKEN", &token)
+        .args(["watched", "echo", "ran"]);
+    let out = run(nested);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("(reentrant)"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    redis.cmd::<String>(&["ECHO", sentinel]);
+    let seen = monitor.join().unwrap();
+    assert!(
+        seen.iter().any(|l| l.contains("reentrancy check")),
+        "the check's EVAL was monitored: {seen:#?}"
+    );
+    for line in &seen {
+        assert!(!line.contains(&token), "MONITOR shows the token: {line}");
+    }
+    let (code, _) = holding.finish();
+    assert_eq!(code, Some(0));
+}
