@@ -6,7 +6,9 @@ use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
 use crate::lock::redis::RedisLock;
 use crate::lock::url::Credentials;
-use crate::lock::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release};
+use crate::lock::{
+    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Release,
+};
 use crate::signals::{self, Signals};
 use crate::supervisor::{self, Guard, Job, SpawnError};
 use crate::watchdog::{self, Deadline, Lost};
@@ -190,7 +192,9 @@ async fn acquire<L: LockService>(
                 pttl,
                 rank,
             }) => {
-                let other = other.as_deref().unwrap_or("?");
+                // Host, pid and start time only: the value's first word names the holder
+                // for lockrun's own checks and has no business in a log.
+                let other = other.as_deref().map_or("?", describe_holder);
                 if remaining == Some(Duration::ZERO) {
                     if waiting {
                         leave(lock, spec, holder).await;

@@ -138,7 +138,8 @@ mod tests {
             key: "k".into(),
             holder: crate::lock::Holder {
                 token: "t".into(),
-                value: "t".into(),
+                id: "i".into(),
+                value: "i".into(),
             },
             fence: 1,
             sent_at: now,

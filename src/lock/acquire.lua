@@ -1,6 +1,6 @@
 -- Acquire an exclusive lock in one round trip (after the queue prelude).
 -- KEYS[1] lock, KEYS[2] fencing counter (never expires), KEYS[3] queue, KEYS[4] ticket expiries
--- ARGV[1] holder value "<token> host=... pid=... started=...", ARGV[2] ttl ms, ARGV[3] token,
+-- ARGV[1] holder value "<id> host=... pid=... started=...", ARGV[2] ttl ms, ARGV[3] public id,
 -- ARGV[4] ticket ms (0: not waiting, do not queue)
 -- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused |
 -- {-2, helper key} a helper key spoiled by hand (pttl -2: the lock is free but promised to the
@@ -32,5 +32,5 @@ if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) end
 if current then
   return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
 end
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or ''
-return {0, -2, 'reserved for queued waiter ' .. head, rank(KEYS[3], ARGV[3])}
+-- Names no waiter: this text ends up in log lines.
+return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3])}

@@ -21,13 +21,46 @@ pub struct LockSpec {
     pub limit: Option<u32>,
 }
 
-/// Who we are: the unguessable token plus what an operator reading the key wants to know.
+/// Who we are, under two names. Reentrancy trusts whoever presents the holder's name, while
+/// everything in Redis is readable by any client and every log line by any operator: so the
+/// name that is trusted is never stored, published or logged, and the name that is shown
+/// cannot be turned back into it.
 #[derive(Clone, Debug)]
 pub struct Holder {
-    /// 128 random bits (UUID v4, hex). Ownership is decided by this alone.
+    /// The secret: 128 random bits (UUID v4, hex). Given to the job alone (`LOCKRUN_TOKEN`);
+    /// never sent to Redis, where `MONITOR` and `SLOWLOG` would show it to other clients.
     pub token: String,
-    /// `<token> host=<h> pid=<p> started=<utc>`: what `redis-cli GET <KEY>` shows.
+    /// The public name: [`public_id`] of `token`. The lock value, semaphore members, waiter
+    /// queue members and wake-up messages carry this; ownership is decided by it (a holder
+    /// compares its own value or id), reentrancy by presenting a token that hashes to it.
+    pub id: String,
+    /// `<id> host=<h> pid=<p> started=<utc>`: what `redis-cli GET <KEY>` shows.
     pub value: String,
+}
+
+/// Lowercase hex SHA-1 of a token (as Redis Lua's `redis.sha1hex` would give it). The reentrancy
+/// check hashes the token it was given and looks for the result, so the id itself is useless
+/// as a token. SHA-1's known weakness is collisions, not preimages, and the token has 128
+/// random bits: knowing the id gives no way back to the token.
+pub fn public_id(token: &str) -> String {
+    sha1_smol::Sha1::from(token).digest().to_string()
+}
+
+/// What a log line may say about the holder whose value is `value`: `host=<h> pid=<p>
+/// started=<utc>`, without the first word (our public id, or the token of a lockrun from before
+/// ids existed, which is still trusted by such a lockrun). A value lockrun did not write (set
+/// by hand, a reservation note) is shown as it is; the logger escapes it.
+pub fn describe_holder(value: &str) -> &str {
+    if let Some((_, rest)) = value.split_once(' ') {
+        let mut words = rest.split(' ');
+        let shaped = ["host=", "pid=", "started="]
+            .iter()
+            .all(|prefix| words.next().is_some_and(|w| w.starts_with(prefix)));
+        if shaped && words.next().is_none() {
+            return rest;
+        }
+    }
+    value
 }
 
 /// A lock we hold.
@@ -49,8 +82,8 @@ pub struct Lease {
 #[derive(Debug)]
 pub enum Acquire {
     Acquired(Lease),
-    /// Someone else holds it. `holder` is their value (for the log), `pttl` what is left of
-    /// their lease, so a waiter never sleeps past it.
+    /// Someone else holds it. `holder` is their value (log it through [`describe_holder`]),
+    /// `pttl` what is left of their lease, so a waiter never sleeps past it.
     Held {
         holder: Option<String>,
         pttl: Option<Duration>,
@@ -120,11 +153,48 @@ pub trait LockService {
         lease: &Lease,
         keep_for: Duration,
     ) -> Result<Release, LockError>;
-    /// Does `token` hold `spec.key` right now? (Reentrancy: a nested lockrun asks this.)
+    /// Does the holder whose secret is `token` hold `spec.key` right now? (Reentrancy: a nested
+    /// lockrun asks this.) A public id in place of the token must not pass, and the token must
+    /// not be sent anywhere other clients can read it (compare [`public_id`] of it instead).
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError>;
     /// Give up a place in the waiter queue (wait timed out or aborted).
     async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError>;
     /// Resolves when a hint says it is `holder`'s turn, or after `max`, whichever is first. A
     /// hint is only a hint: the caller always re-checks with `acquire`.
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_id_is_sha1_hex_as_redis_computes_it() {
+        // FIPS 180 test vector; redis.sha1hex("abc") gives the same lowercase hex.
+        assert_eq!(public_id("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(public_id("").len(), 40);
+    }
+
+    #[test]
+    fn a_holder_is_described_without_its_first_word() {
+        let id = public_id("secret");
+        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z");
+        assert_eq!(
+            describe_holder(&value),
+            "host=h1 pid=42 started=2024-01-02T03:04:05Z"
+        );
+        // An older lockrun's value (its token first) is described the same way.
+        let old = "0123456789abcdef0123456789abcdef host=h pid=1 started=x";
+        assert_eq!(describe_holder(old), "host=h pid=1 started=x");
+        // Anything else is shown as it is.
+        for other in [
+            "someone",
+            "abc host=x",
+            "reserved for a queued waiter",
+            "a host=h pid=1 started=x extra",
+            "",
+        ] {
+            assert_eq!(describe_holder(other), other);
+        }
+    }
 }

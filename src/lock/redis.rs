@@ -250,20 +250,13 @@ impl LockService for RedisLock {
                 self.eval(
                     ACQUIRE,
                     &key_args,
-                    &[&holder.value, &ttl, &holder.token, &ticket],
+                    &[&holder.value, &ttl, &holder.id, &ticket],
                 )
                 .await?
             }
             Some(n) => {
                 let n = n.to_string();
-                let args = [
-                    &holder.value,
-                    &ttl,
-                    &holder.token,
-                    &ticket,
-                    &n,
-                    &keys.channel,
-                ];
+                let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
                 self.eval(SEM_ACQUIRE, &key_args, &args.map(String::as_str))
                     .await?
             }
@@ -371,7 +364,10 @@ impl LockService for RedisLock {
     }
 
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
-        match self.eval(HELD_BY, &[&spec.key], &[token]).await? {
+        // Hashed here, not on the server: the token never leaves this process, and an id
+        // presented in its place hashes to something else.
+        let id = super::public_id(token);
+        match self.eval(HELD_BY, &[&spec.key], &[&id]).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected(&other)),
         }
@@ -383,7 +379,7 @@ impl LockService for RedisLock {
         self.eval(
             LEAVE,
             &[&spec.key, &keys.queue, &keys.tickets],
-            &[&holder.token, &limit, &keys.channel],
+            &[&holder.id, &limit, &keys.channel],
         )
         .await
         .map(|_| ())
@@ -398,12 +394,12 @@ impl LockService for RedisLock {
         {
             let stream = pubsub.on_message();
             let mut stream = std::pin::pin!(stream);
-            let token = holder.token.as_bytes();
+            let id = holder.id.as_bytes();
             let ours = async {
-                // Hints name the waiter whose turn it is; the others sleep on.
+                // Hints name the waiter whose turn it is (by public id); the others sleep on.
                 while let Some(msg) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
                 {
-                    if msg.get_payload_bytes() == token {
+                    if msg.get_payload_bytes() == id {
                         return;
                     }
                 }
@@ -487,19 +483,21 @@ fn has_hash_tag(key: &str) -> bool {
 }
 
 impl Holder {
-    /// A fresh holder identity: 128 random bits from the OS, plus who and where we are.
+    /// A fresh holder identity: 128 random bits from the OS (the secret token), the public id
+    /// derived from it, plus who and where we are.
     pub fn new() -> Holder {
         let token = uuid::Uuid::new_v4().simple().to_string();
+        let id = super::public_id(&token);
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "unknown".into());
         let value = format!(
-            "{token} host={host} pid={} started={}",
+            "{id} host={host} pid={} started={}",
             std::process::id(),
             crate::logging::utc_now()
         );
-        Holder { token, value }
+        Holder { token, id, value }
     }
 }
 
@@ -529,10 +527,12 @@ mod tests {
     }
 
     #[test]
-    fn holder_value_starts_with_token() {
+    fn holder_value_starts_with_the_public_id_and_never_shows_the_token() {
         let h = Holder::new();
         assert_eq!(h.token.len(), 32);
-        assert!(h.value.starts_with(&format!("{} host=", h.token)));
+        assert_eq!(h.id, crate::lock::public_id(&h.token));
+        assert!(h.value.starts_with(&format!("{} host=", h.id)));
+        assert!(!h.value.contains(&h.token));
         assert_ne!(Holder::new().token, h.token);
     }
 }

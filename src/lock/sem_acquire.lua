@@ -2,7 +2,7 @@
 -- The key is a sorted set: member = holder value, score = lease expiry in ms of the server's
 -- clock (TIME), so no client clock is ever compared with another.
 -- KEYS[1] semaphore, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
--- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] token, ARGV[4] ticket ms, ARGV[5] limit,
+-- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] limit,
 -- ARGV[6] wake channel
 -- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
 -- {-2, helper key}. Nothing is written before every check has passed.

@@ -88,7 +88,7 @@ impl Bg {
     }
 }
 
-/// The holder value a lockrun writes names its pid (README: `<token> host=… pid=<pid> …`).
+/// The holder value a lockrun writes names its pid (README: `<id> host=… pid=<pid> …`).
 fn is_value_of(value: &str, pid: u32) -> bool {
     let tag = format!("pid={pid}");
     value.split_whitespace().any(|w| w == tag)

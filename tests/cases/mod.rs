@@ -3,6 +3,7 @@ mod core;
 mod faults;
 mod faults_net;
 mod hardening;
+mod holder_id;
 mod safety;
 mod secrets;
 pub(crate) mod supervision;
