@@ -149,7 +149,7 @@ enum Failed {
 fn unavailable(e: &LockError) -> ExitCode {
     error!("{e}");
     match e {
-        LockError::Unavailable(_) => ExitCode::Unavailable,
+        LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
         LockError::Misuse(_) => ExitCode::Usage,
     }
 }

@@ -117,12 +117,18 @@ pub enum LockError {
     /// The server answered, but the key cannot be used the way we asked (wrong type, mixing a
     /// semaphore and a plain lock, a script error).
     Misuse(String),
+    /// The server refused lockrun itself (no or wrong password, an ACL without a command lockrun
+    /// needs) or is no Redis at all: a configuration mistake, reported like "unavailable" (69)
+    /// but never retried, since waiting does not fix it.
+    Refused(String),
 }
 
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Unavailable(m) | LockError::Misuse(m) => f.write_str(m),
+            LockError::Unavailable(m) | LockError::Misuse(m) | LockError::Refused(m) => {
+                f.write_str(m)
+            }
         }
     }
 }

@@ -72,11 +72,32 @@ impl RedisLock {
         &self.shown
     }
 
+    /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
+    /// gets garbage): say what that usually means instead of a bare "timed out".
+    fn tls_hint(&self) -> &'static str {
+        if self.shown.starts_with("rediss://") {
+            "; is the server's port TLS-enabled? (rediss:// needs TLS; use redis:// for a plain-text port)"
+        } else {
+            ""
+        }
+    }
+
+    /// What a failed request means. Refusals of lockrun itself (authentication, permissions,
+    /// not a Redis server) are told apart from an unavailable server: they say what to fix,
+    /// and nobody retries them.
     fn unavailable(&self, e: &redis::RedisError) -> LockError {
-        LockError::Unavailable(
-            self.secrets
-                .scrub(&format!("Redis at {} unavailable: {e}", self.shown)),
-        )
+        let scrub = |m: String| self.secrets.scrub(&m);
+        match refusal(e) {
+            Some(why) => LockError::Refused(scrub(format!(
+                "Redis at {} refused lockrun: {why}",
+                self.shown
+            ))),
+            None => LockError::Unavailable(scrub(format!(
+                "Redis at {} unavailable: {e}{}",
+                self.shown,
+                self.tls_hint()
+            ))),
+        }
     }
 
     /// Awaits `fut` for at most the request timeout; both a failure and the timeout mean
@@ -90,8 +111,10 @@ impl RedisLock {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.unavailable(&e)),
             Err(_) => Err(LockError::Unavailable(self.secrets.scrub(&format!(
-                "Redis at {} unavailable: {what} within {:?}",
-                self.shown, self.timeout
+                "Redis at {} unavailable: {what} within {:?}{}",
+                self.shown,
+                self.timeout,
+                self.tls_hint()
             )))),
         }
     }
@@ -147,6 +170,10 @@ impl RedisLock {
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
         match cmd.query_async::<Value>(&mut conn).await {
             Ok(v) => Ok(v),
+            Err(e) if refusal(&e).is_some() => {
+                self.conn = None;
+                Err(Failed::Other(self.unavailable(&e)))
+            }
             Err(e) if is_dropped(&e) => {
                 self.conn = None;
                 Err(Failed::Dropped(self.unavailable(&e)))
@@ -174,6 +201,32 @@ impl Failed {
         match self {
             Failed::Dropped(e) | Failed::Other(e) => e,
         }
+    }
+}
+
+/// A refusal of lockrun's configuration, with what to do about it; None for anything else.
+fn refusal(e: &redis::RedisError) -> Option<String> {
+    let text = e.to_string();
+    let code = e.code().unwrap_or_default();
+    if code == "NOAUTH" || text.contains("unauthenticated") || text.contains("NOAUTH") {
+        Some("authentication required: give a password in the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file".into())
+    } else if code == "WRONGPASS"
+        || text.contains("WRONGPASS")
+        || text.contains("AuthenticationFailed")
+    {
+        Some("authentication failed: wrong password or user name".into())
+    } else if code == "NOPERM" || text.contains("NoPerm") || text.contains("NOPERM") {
+        let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
+        Some(format!(
+            "{detail}; grant the user what lockrun needs (README: ACL permissions)"
+        ))
+    } else if text.contains("Parse error")
+        || text.contains("Incompatible type")
+        || text.contains("invalid type")
+    {
+        Some("the server does not speak the Redis protocol (is this the Redis port?)".into())
+    } else {
+        None
     }
 }
 
@@ -214,6 +267,8 @@ fn is_transient(e: &redis::RedisError) -> bool {
                     | "NOREPLICAS"
             )
         )
+        // maxclients: the server is full for now, as a busy one is.
+        || e.to_string().contains("max number of clients reached")
 }
 
 impl LockService for RedisLock {

@@ -345,3 +345,130 @@ fn a_connection_the_server_closed_costs_no_failed_renewal() {
     assert!(!err.contains("WARN"), "{err}");
     assert!(!redis.exists("idle"), "released");
 }
+
+/// The ACL line the README documents, word for word (split for ACL SETUSER).
+const ACL_LINE: &str = "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
+    -@all +eval +subscribe +unsubscribe +ping +select +del +exists +get +pexpire +pttl +publish \
+    +set +time +type +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
+
+#[test]
+fn the_documented_acl_line_is_enough_for_every_path() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let squeezed = ACL_LINE.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        readme.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
+        "README must show: {squeezed}"
+    );
+    let redis = Redis::start_tcp();
+    let words: Vec<&str> = ACL_LINE.split_whitespace().collect();
+    redis.cmd::<()>(&words);
+    let url = format!(
+        "redis://lockrun:lock-Pw-3@127.0.0.1:{}",
+        redis.port.unwrap()
+    );
+    let with_user = || {
+        let mut cmd = bare_lockrun();
+        cmd.arg("-r").arg(&url);
+        cmd
+    };
+    // Plain, with --min-hold, as a semaphore, and nested (reentrancy check).
+    for args in [
+        &["acl", "true"][..],
+        &["--min-hold", "1s", "acl-min", "true"],
+        &["--limit", "2", "acl-sem", "true"],
+    ] {
+        let mut cmd = with_user();
+        cmd.args(args);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr_of(&out));
+    }
+    let bin = lockrun_bin().display().to_string();
+    let mut cmd = with_user();
+    cmd.args(["acl-re", "sh", "-c"])
+        .arg(format!("'{bin}' -r '{url}' acl-re echo inner"));
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("reentrant"), "{}", stderr_of(&out));
+    // Waiting: queue, subscription, wake-up on release.
+    let mut holder = with_user();
+    holder
+        .args(["-t", "2s", "acl-wait", "sleep", "1"])
+        .stderr(std::process::Stdio::piped());
+    let holder = holder.spawn().unwrap();
+    eventually("the holder to lock", || redis.exists("acl-wait"));
+    let mut waiter = with_user();
+    waiter.args(["--wait", "10s", "acl-wait", "true"]);
+    let out = run(waiter);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(!stderr_of(&out).contains("WARN"), "{}", stderr_of(&out));
+    assert_eq!(wait_output(holder).status.code(), Some(0));
+}
+
+#[test]
+fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
+    let redis = Redis::start_with_password("right-Pw-8");
+    let port = redis.port.unwrap();
+    redis.cmd::<()>(&[
+        "ACL",
+        "SETUSER",
+        "noeval",
+        "on",
+        ">other-Pw-9",
+        "~*",
+        "&*",
+        "+@all",
+        "-eval",
+    ]);
+    // A listener that answers like a web server, not Redis.
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in http.incoming().flatten() {
+            let _ = std::io::Read::read(&mut c, &mut [0u8; 512]);
+            let _ = std::io::Write::write_all(&mut c, b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        }
+    });
+    for (url, needle) in [
+        (
+            format!("redis://127.0.0.1:{port}"),
+            "authentication required",
+        ),
+        (
+            format!("redis://:wrong-Pw@127.0.0.1:{port}"),
+            "authentication failed",
+        ),
+        (
+            format!("redis://noeval:other-Pw-9@127.0.0.1:{port}"),
+            "no permissions to run the 'eval' command; grant",
+        ),
+        (
+            format!("redis://127.0.0.1:{http_port}"),
+            "does not speak the Redis protocol",
+        ),
+    ] {
+        for wait in [&[][..], &["--wait", "20s"]] {
+            let mut cmd = bare_lockrun();
+            cmd.arg("-r").arg(&url).args(wait).args(["refused", "true"]);
+            let started = std::time::Instant::now();
+            let err = assert_one_line(cmd, 69, needle);
+            // A configuration mistake is not waited out.
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{url} {wait:?}: {err}"
+            );
+            assert!(!err.contains("Pw"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn rediss_against_a_plain_text_port_says_so() {
+    let redis = Redis::start_tcp();
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r")
+        .arg(format!("rediss://127.0.0.1:{}", redis.port.unwrap()))
+        .args(["-t", "1s", "tls-mismatch", "true"]);
+    assert_one_line(cmd, 69, "is the server's port TLS-enabled?");
+    assert!(!redis.exists("tls-mismatch"));
+}
