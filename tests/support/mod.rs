@@ -22,24 +22,33 @@ use std::time::{Duration, Instant};
 /// Generous bound for anything a test waits on: the machines are shared and slow at times.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// A server binary: the path in `var`, else `name` on PATH, else the cached copy in
+/// target/test-tools/; if none, the test fails with `how` (a lock test never skips).
+fn find_server(var: &str, name: &str, how: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let cached = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-tools")
+        .join(name);
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .chain([cached])
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} not found on PATH. {how}"))
+}
+
 pub fn redis_server_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("LOCKRUN_TEST_REDIS_SERVER") {
-            return PathBuf::from(p);
-        }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .map(|d| d.join("redis-server"))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "redis-server not found on PATH. The tests need a real Redis: install it \
-                     (Debian/Ubuntu: `sudo apt-get install -y redis-server`, macOS: `brew install redis`) \
-                     or point LOCKRUN_TEST_REDIS_SERVER at a redis-server binary. \
-                     `bash .ci/run` installs it for you."
-                )
-            })
+        find_server(
+            "LOCKRUN_TEST_REDIS_SERVER",
+            "redis-server",
+            "The tests need a real Redis: install it (Debian/Ubuntu: `sudo apt-get install -y \
+             redis-server`, macOS: `brew install redis`) or point LOCKRUN_TEST_REDIS_SERVER at a \
+             redis-server binary. `bash .ci/run` installs it for you.",
+        )
     })
     .clone()
 }
@@ -49,22 +58,13 @@ pub fn redis_server_binary() -> PathBuf {
 pub fn valkey_server_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("LOCKRUN_TEST_VALKEY_SERVER") {
-            return PathBuf::from(p);
-        }
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let cached = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/valkey-server");
-        std::env::split_paths(&path)
-            .map(|d| d.join("valkey-server"))
-            .chain([cached])
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "valkey-server not found. Some tests run lockrun against Valkey: \
-                     `bash tests/ensure-valkey.sh` (or `bash tests/run.sh`) fetches Valkey 8.1.8 \
-                     into target/test-tools/, or point LOCKRUN_TEST_VALKEY_SERVER at a binary."
-                )
-            })
+        find_server(
+            "LOCKRUN_TEST_VALKEY_SERVER",
+            "valkey-server",
+            "Some tests run lockrun against Valkey: `bash tests/ensure-valkey.sh` (or `bash \
+             tests/run.sh`) fetches Valkey 8.1.8 into target/test-tools/, or point \
+             LOCKRUN_TEST_VALKEY_SERVER at a binary.",
+        )
     })
     .clone()
 }
