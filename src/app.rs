@@ -33,7 +33,9 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         std::env::var_os("LOCKRUN_REDIS_PASSWORD"),
         args.redis_password_file.as_deref(),
     );
-    let lock = creds.and_then(|c| RedisLock::new(&args.redis, &c, request_timeout(args.ttl)));
+    let lock = creds.and_then(|c| {
+        RedisLock::new(&args.redis, &c, request_timeout(args.ttl)).map(|l| l.with_acks(args.acks))
+    });
     let mut lock = match lock {
         Ok(lock) => lock,
         Err(msg) => {

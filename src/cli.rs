@@ -94,6 +94,12 @@ pub struct Args {
           value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
     pub min_hold: Duration,
 
+    /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
+    /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
+    #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
+          value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
+    pub acks: u32,
+
     /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
     #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
           allow_negative_numbers = true, hide_env_values = true)]
@@ -161,6 +167,14 @@ fn parse_switch(s: &str) -> Result<bool, String> {
         "1" | "true" | "yes" | "y" | "on" => Ok(true),
         "" | "0" | "false" | "no" | "n" | "off" => Ok(false),
         _ => Err("not a switch: use 1/0, yes/no, on/off or true/false (empty = off)".into()),
+    }
+}
+
+fn parse_acks(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if (0..=100).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!("{n} is out of range: --acks is 0 to 100")),
+        Err(_) => Err("not a whole number: --acks is 0 to 100".into()),
     }
 }
 

@@ -40,6 +40,8 @@ pub struct RedisLock {
     /// of queueing behind a half-dead socket.
     conn: Option<MultiplexedConnection>,
     wake: Option<PubSub>,
+    /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
+    acks: u32,
 }
 
 impl RedisLock {
@@ -64,12 +66,47 @@ impl RedisLock {
             secrets,
             conn: None,
             wake: None,
+            acks: 0,
         })
     }
 
     /// The URL as it may be shown to people (password redacted).
     pub fn shown(&self) -> &str {
         &self.shown
+    }
+
+    /// How many replicas must acknowledge each acquire and renewal (`--acks`).
+    pub fn with_acks(mut self, acks: u32) -> RedisLock {
+        self.acks = acks;
+        self
+    }
+
+    /// `WAIT acks`: blocks until that many replicas have this connection's writes so far (the
+    /// script just run). Fewer within the time left of the request timeout means the write may
+    /// be lost in a failover, so the caller treats it as not done (unknown).
+    async fn replicated(&mut self) -> Result<(), LockError> {
+        if self.acks == 0 {
+            return Ok(());
+        }
+        let mut conn = self.connection().await?;
+        // Two thirds of the request timeout: WAIT must answer before the reply timeout fires.
+        let wait_ms = (self.timeout.as_millis() * 2 / 3).max(1) as u64;
+        let got: i64 = redis::cmd("WAIT")
+            .arg(self.acks)
+            .arg(wait_ms)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| {
+                self.conn = None;
+                self.unavailable(&e)
+            })?;
+        if got < i64::from(self.acks) {
+            return Err(LockError::Unavailable(format!(
+                "Redis at {} unavailable: only {got} of {} replicas acknowledged the lock within {wait_ms}ms (--acks)",
+                self.shown, self.acks
+            )));
+        }
+        Ok(())
     }
 
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
@@ -322,13 +359,22 @@ impl LockService for RedisLock {
             other => return Err(unexpected(&other)),
         };
         match (items.first(), items.get(1)) {
-            (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
-                key: spec.key.clone(),
-                holder: holder.clone(),
-                fence: *fence as u64,
-                sent_at,
-                confirmed_at,
-            })),
+            (Some(Value::Int(1)), Some(Value::Int(fence))) => {
+                let lease = Lease {
+                    key: spec.key.clone(),
+                    holder: holder.clone(),
+                    fence: *fence as u64,
+                    sent_at,
+                    confirmed_at,
+                };
+                if let Err(e) = self.replicated().await {
+                    // Not on enough replicas: a failover now could hand the key to someone
+                    // else. Give it back (token-checked) rather than hold it half-safely.
+                    let _ = self.release(spec, &lease, Duration::ZERO).await;
+                    return Err(e);
+                }
+                Ok(Acquire::Acquired(lease))
+            }
             (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
                 holder: items.get(2).and_then(as_string),
                 // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
@@ -382,7 +428,10 @@ impl LockService for RedisLock {
             .eval(script, &[&spec.key], &[&lease.holder.value, &ttl])
             .await?
         {
-            Value::Int(1) => Ok(Renew::Renewed),
+            Value::Int(1) => {
+                self.replicated().await?;
+                Ok(Renew::Renewed)
+            }
             Value::Int(0) => Ok(Renew::NotOwner),
             other => Err(unexpected(&other)),
         }

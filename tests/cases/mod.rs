@@ -4,6 +4,7 @@ mod faults;
 mod faults_net;
 mod hardening;
 mod holder_id;
+mod replication;
 mod safety;
 mod secrets;
 pub(crate) mod supervision;

@@ -1,0 +1,79 @@
+//! `--acks N`: a lock (and each renewal) counts only once N replicas have it, so a failover to
+//! a replica cannot hand the key to a second holder. Real master + replicas (support::topology).
+
+use crate::support::topology::ReplicaSet;
+use crate::support::*;
+use std::process::Stdio;
+
+fn on(set: &ReplicaSet) -> std::process::Command {
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r").arg(format!("redis://{}", set.master.addr()));
+    cmd
+}
+
+#[test]
+fn acks_from_live_replicas_let_the_job_run_and_the_key_reaches_them() {
+    let set = ReplicaSet::start(2);
+    let mut cmd = on(&set);
+    cmd.args(["--acks", "2", "replicated", "sh", "-c"])
+        .arg(format!(
+            "redis-cli -p {} GET replicated",
+            set.replicas[0].port
+        ));
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    // The replica had the holder's value while the job ran: WAIT returned after it did.
+    assert!(stdout_of(&out).contains("host="), "{}", stdout_of(&out));
+    assert_eq!(set.master.cli(&["EXISTS", "replicated"]), "0");
+}
+
+#[test]
+fn too_few_replicas_means_not_acquired_and_nothing_left_locked() {
+    let set = ReplicaSet::start(1);
+    for wait in [&[][..], &["--wait", "1500ms"]] {
+        let mut cmd = on(&set);
+        cmd.args(["-t", "900ms", "--acks", "2"])
+            .args(wait)
+            .args(["short", "echo", "ran"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(69), "{wait:?}: {err}");
+        assert!(err.contains("only 1 of 2 replicas acknowledged"), "{err}");
+        assert_eq!(stdout_of(&out), "", "the command never ran");
+        assert_eq!(
+            set.master.cli(&["EXISTS", "short"]),
+            "0",
+            "given back at once"
+        );
+    }
+}
+
+#[test]
+fn renewals_that_no_replica_confirms_stop_the_job_before_its_lease_ends() {
+    let set = ReplicaSet::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut cmd = on(&set);
+    cmd.args(["-t", "900ms", "--acks", "1", "renewed", "sh", "-c"])
+        .arg(format!("touch '{}'; exec sleep 30", ready.display()))
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    wait_for_file(&ready);
+    // The replica stops acknowledging: the master still renews, but lockrun may not count it.
+    let replica = &set.replicas[0];
+    replica.signal(libc::SIGSTOP);
+    let status = wait_timeout(&mut child, PATIENCE);
+    replica.signal(libc::SIGCONT);
+    let out = wait_output(child);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(76),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(
+        stderr_of(&out).contains("no renewal confirmed in time"),
+        "{}",
+        stderr_of(&out)
+    );
+}
