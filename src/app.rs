@@ -34,7 +34,8 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         args.redis_password_file.as_deref(),
     );
     let lock = creds.and_then(|c| {
-        RedisLock::new(&args.redis, &c, request_timeout(args.ttl)).map(|l| l.with_acks(args.acks))
+        RedisLock::new(&args.redis, &c, request_timeout(args.ttl))
+            .map(|l| l.with_acks(args.acks, args.fsync))
     });
     let mut lock = match lock {
         Ok(lock) => lock,

@@ -100,6 +100,11 @@ pub struct Args {
           value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
     pub acks: u32,
 
+    /// Count the lock and each renewal only once the server has fsynced them to its append-only
+    /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
+    #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
+    pub fsync: bool,
+
     /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
     #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
           allow_negative_numbers = true, hide_env_values = true)]

@@ -42,6 +42,8 @@ pub struct RedisLock {
     wake: Option<PubSub>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
+    /// The server's own append-only file must have them on disk too (`--fsync`).
+    fsync: bool,
 }
 
 impl RedisLock {
@@ -67,6 +69,7 @@ impl RedisLock {
             conn: None,
             wake: None,
             acks: 0,
+            fsync: false,
         })
     }
 
@@ -76,8 +79,9 @@ impl RedisLock {
     }
 
     /// How many replicas must acknowledge each acquire and renewal (`--acks`).
-    pub fn with_acks(mut self, acks: u32) -> RedisLock {
+    pub fn with_acks(mut self, acks: u32, fsync: bool) -> RedisLock {
         self.acks = acks;
+        self.fsync = fsync;
         self
     }
 
@@ -85,21 +89,55 @@ impl RedisLock {
     /// script just run). Fewer within the time left of the request timeout means the write may
     /// be lost in a failover, so the caller treats it as not done (unknown).
     async fn replicated(&mut self) -> Result<(), LockError> {
-        if self.acks == 0 {
+        if self.acks == 0 && !self.fsync {
             return Ok(());
         }
         let mut conn = self.connection().await?;
         // Two thirds of the request timeout: WAIT must answer before the reply timeout fires.
         let wait_ms = (self.timeout.as_millis() * 2 / 3).max(1) as u64;
-        let got: i64 = redis::cmd("WAIT")
-            .arg(self.acks)
-            .arg(wait_ms)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| {
-                self.conn = None;
-                self.unavailable(&e)
-            })?;
+        let got: i64 = if self.fsync {
+            // WAITAOF numlocal numreplicas timeout → [local fsyncs, replica fsyncs].
+            let reply: Result<(i64, i64), _> = redis::cmd("WAITAOF")
+                .arg(1)
+                .arg(self.acks)
+                .arg(wait_ms)
+                .query_async(&mut conn)
+                .await;
+            match reply {
+                Ok((local, replicas)) if local >= 1 => replicas,
+                Ok(_) => {
+                    return Err(LockError::Unavailable(format!(
+                        "Redis at {} unavailable: the server did not fsync the lock within {wait_ms}ms (--fsync)",
+                        self.shown
+                    )))
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    let why = if text.contains("unknown command") {
+                        "--fsync needs WAITAOF (Redis 7.2 or later, Valkey 8 or later)"
+                    } else if text.contains("appendonly") {
+                        "--fsync needs the server's append-only file (appendonly yes)"
+                    } else {
+                        self.conn = None;
+                        return Err(self.unavailable(&e));
+                    };
+                    return Err(LockError::Refused(format!(
+                        "Redis at {} refused lockrun: {why}",
+                        self.shown
+                    )));
+                }
+            }
+        } else {
+            redis::cmd("WAIT")
+                .arg(self.acks)
+                .arg(wait_ms)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| {
+                    self.conn = None;
+                    self.unavailable(&e)
+                })?
+        };
         if got < i64::from(self.acks) {
             return Err(LockError::Unavailable(format!(
                 "Redis at {} unavailable: only {got} of {} replicas acknowledged the lock within {wait_ms}ms (--acks)",

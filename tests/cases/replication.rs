@@ -77,3 +77,42 @@ fn renewals_that_no_replica_confirms_stop_the_job_before_its_lease_ends() {
         stderr_of(&out)
     );
 }
+
+#[test]
+fn fsync_waits_for_the_append_only_file_or_says_what_is_missing() {
+    // Valkey 8 has WAITAOF; with its append-only file on, the lock counts once it is on disk.
+    let valkey = Redis::start_valkey();
+    let mut cmd = lockrun(&valkey);
+    cmd.args(["--fsync", "no-aof", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("appendonly yes"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(!valkey.exists("no-aof"), "given back");
+    valkey.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
+    eventually("the append-only file to be written", || {
+        let info: String = valkey.cmd(&["INFO", "persistence"]);
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_enabled:1")
+    });
+    let mut cmd = lockrun(&valkey);
+    cmd.args(["--fsync", "-t", "3s", "aof", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+    // Redis 7.0 has no WAITAOF: a clear refusal, nothing left locked.
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--fsync", "old", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("--fsync needs WAITAOF"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert_eq!(stdout_of(&out), "");
+    assert!(!redis.exists("old"));
+}
