@@ -5,7 +5,7 @@ use crate::cli::{Args, OnLost};
 use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
 use crate::lock::redis::RedisLock;
-use crate::lock::url::Credentials;
+use crate::lock::url::{Credentials, TlsFiles};
 use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Release,
 };
@@ -34,7 +34,12 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         args.redis_password_file.as_deref(),
     );
     let lock = creds.and_then(|c| {
-        RedisLock::new(&args.redis, &c, request_timeout(args.ttl))
+        let tls = TlsFiles {
+            ca: args.tls_ca.clone(),
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        };
+        RedisLock::new(&args.redis, &c, &tls, request_timeout(args.ttl))
             .map(|l| l.with_acks(args.acks, args.fsync))
     });
     let mut lock = match lock {

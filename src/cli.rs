@@ -60,6 +60,33 @@ pub struct Args {
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub redis_password_file: Option<std::path::PathBuf>,
 
+    /// rediss://: trust only the CA certificates in FILE (PEM) instead of the system store
+    #[arg(
+        long,
+        env = "LOCKRUN_TLS_CA",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// rediss://: present this client certificate (PEM), for servers with tls-auth-clients
+    #[arg(
+        long,
+        env = "LOCKRUN_TLS_CERT",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// rediss://: the client certificate's private key (PEM)
+    #[arg(
+        long,
+        env = "LOCKRUN_TLS_KEY",
+        value_name = "FILE",
+        hide_env_values = true
+    )]
+    pub tls_key: Option<std::path::PathBuf>,
+
     /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
     /// 1h, 1d; a bare number is seconds)
     #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",

@@ -49,14 +49,22 @@ pub struct RedisLock {
 impl RedisLock {
     /// Validates the URL and credentials without connecting (see [`url::target`]).
     /// `timeout` bounds connecting and every reply.
-    pub fn new(url: &str, creds: &Credentials, timeout: Duration) -> Result<RedisLock, String> {
+    pub fn new(
+        url: &str,
+        creds: &Credentials,
+        tls: &url::TlsFiles,
+        timeout: Duration,
+    ) -> Result<RedisLock, String> {
         let url::Target {
             info,
             shown,
             secrets,
         } = url::target(url, creds)?;
-        let client = Client::open(info)
-            .map_err(|e| secrets.scrub(&format!("invalid Redis URL '{shown}': {e}")))?;
+        let client = match tls.load(shown.starts_with("rediss://"))? {
+            Some(certs) => Client::build_with_tls(info, certs),
+            None => Client::open(info),
+        }
+        .map_err(|e| secrets.scrub(&format!("invalid Redis URL '{shown}' or TLS files: {e}")))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));

@@ -39,6 +39,49 @@ pub struct Credentials {
     password: Option<String>,
 }
 
+/// Certificates given by option for `rediss://`: a CA bundle to trust instead of the system
+/// store (a private CA without touching the machine's trust store), and a client certificate
+/// for servers that require one (`tls-auth-clients yes`).
+#[derive(Default)]
+pub struct TlsFiles {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    /// Reads the files; None when no option was given (the system trust store applies). Errors
+    /// name the option and the file, never a file's content (a key is a secret).
+    pub fn load(&self, url_is_tls: bool) -> Result<Option<redis::TlsCertificates>, String> {
+        if self.ca.is_none() && self.cert.is_none() && self.key.is_none() {
+            return Ok(None);
+        }
+        if !url_is_tls {
+            return Err("--tls-ca, --tls-cert and --tls-key need a rediss:// URL".into());
+        }
+        let read = |what: &str, p: &Path| {
+            std::fs::read(p)
+                .map_err(|e| format!("cannot read the {what} file '{}': {e}", p.display()))
+        };
+        let client_tls = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("--tls-cert", c)?,
+                client_key: read("--tls-key", k)?,
+            }),
+            (None, None) => None,
+            _ => return Err("--tls-cert and --tls-key go together".into()),
+        };
+        let root_cert = match &self.ca {
+            Some(p) => Some(read("--tls-ca", p)?),
+            None => None,
+        };
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+}
+
 /// Never prints the password, should a `{:?}` ever reach a log line.
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -472,3 +472,52 @@ fn rediss_against_a_plain_text_port_says_so() {
     assert_one_line(cmd, 69, "is the server's port TLS-enabled?");
     assert!(!redis.exists("tls-mismatch"));
 }
+
+#[test]
+fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
+    let redis = Redis::start_tls_mutual();
+    let file = |f: &str| redis.dir.path().join(f);
+    // No client certificate: the server refuses the handshake.
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--tls-ca")
+        .arg(file("ca.crt"))
+        .args(["-t", "1s", "mtls", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(69));
+    // CA and client certificate by option (no SSL_CERT_FILE): the job runs.
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--tls-ca")
+        .arg(file("ca.crt"))
+        .arg("--tls-cert")
+        .arg(file("client.crt"))
+        .env("LOCKRUN_TLS_KEY", file("client.key"))
+        .args(["mtls", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+    // Misuse: one line, exit 64, never a key's content.
+    let key_text = std::fs::read_to_string(file("client.key")).unwrap();
+    for (args, needle) in [
+        (vec!["--tls-cert", "client.crt"], "go together"),
+        (
+            vec!["--tls-ca", "missing.pem"],
+            "cannot read the --tls-ca file",
+        ),
+    ] {
+        let mut cmd = lockrun(&redis);
+        cmd.current_dir(redis.dir.path())
+            .args(args)
+            .args(["mtls", "true"]);
+        let err = assert_one_line(cmd, 64, needle);
+        assert!(!err.contains(key_text.lines().nth(1).unwrap()), "{err}");
+    }
+    let mut cmd = bare_lockrun();
+    cmd.args([
+        "-r",
+        "redis://127.0.0.1:1",
+        "--tls-ca",
+        "x.pem",
+        "k",
+        "true",
+    ]);
+    assert_one_line(cmd, 64, "need a rediss:// URL");
+}

@@ -99,6 +99,14 @@ impl Redis {
         Redis::launch(true, None, true)
     }
 
+    /// [`Redis::start_tls`] that also requires a client certificate from the test CA
+    /// (`dir/client.crt`, `dir/client.key`).
+    pub fn start_tls_mutual() -> Redis {
+        let redis = Redis::start_tls();
+        redis.cmd::<()>(&["CONFIG", "SET", "tls-auth-clients", "yes"]);
+        redis
+    }
+
     /// A Valkey server on a unix socket (the same options as redis-server).
     pub fn start_valkey() -> Redis {
         Redis::launch_with(&valkey_server_binary(), false, None, false)
@@ -322,6 +330,40 @@ fn make_certificates(dir: &Path) {
         "2",
         "-extfile",
         "san.ext",
+    ]);
+    // A client certificate from the same CA, for servers that require one.
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "client.key",
+                "-out",
+                "client.csr",
+                "-subj",
+                "/CN=lockrun client",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "client.ext",
     ]);
 }
 
