@@ -202,30 +202,26 @@ fn parse_switch(s: &str) -> Result<bool, String> {
     }
 }
 
-fn parse_acks(s: &str) -> Result<u32, String> {
+/// A whole number within `lo..=hi`; out-of-range and negative values say the range (clap would
+/// otherwise call `-1` an unexpected argument).
+fn parse_bounded(s: &str, lo: i64, hi: i64, what: &str) -> Result<i64, String> {
     match s.trim().parse::<i64>() {
-        Ok(n) if (0..=100).contains(&n) => Ok(n as u32),
-        Ok(n) => Err(format!("{n} is out of range: --acks is 0 to 100")),
-        Err(_) => Err("not a whole number: --acks is 0 to 100".into()),
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} is out of range: {what} is {lo} to {hi}")),
+        Err(_) => Err(format!("not a whole number: {what} is {lo} to {hi}")),
     }
+}
+
+fn parse_acks(s: &str) -> Result<u32, String> {
+    parse_bounded(s, 0, 100, "--acks").map(|n| n as u32)
 }
 
 fn parse_exit_code(s: &str) -> Result<u8, String> {
-    match s.trim().parse::<i64>() {
-        Ok(n) => {
-            u8::try_from(n).map_err(|_| format!("{n} is out of range: an exit code is 0 to 255"))
-        }
-        Err(_) => Err("not a whole number: an exit code is 0 to 255".into()),
-    }
+    parse_bounded(s, 0, 255, "an exit code").map(|n| n as u8)
 }
 
 fn parse_limit(s: &str) -> Result<u32, String> {
-    const MAX: i64 = 100_000;
-    match s.trim().parse::<i64>() {
-        Ok(n) if (1..=MAX).contains(&n) => Ok(n as u32),
-        Ok(n) => Err(format!("{n} is out of range: --limit is 1 to {MAX}")),
-        Err(_) => Err(format!("not a whole number: --limit is 1 to {MAX}")),
-    }
+    parse_bounded(s, 1, 100_000, "--limit").map(|n| n as u32)
 }
 
 fn parse_key(s: &str) -> Result<String, String> {

@@ -211,11 +211,16 @@ impl std::io::Write for QueuedStderr {
             // screen). The line's own final newline stays.
             let text = String::from_utf8_lossy(buf);
             let body = text.strip_suffix('\n').unwrap_or(&text);
-            let mut line = escape_controls(body).into_owned();
-            if body.len() < text.len() {
-                line.push('\n');
+            match escape_controls(body) {
+                // The common case: nothing to escape, no copy.
+                std::borrow::Cow::Borrowed(_) => SINK.push(buf),
+                std::borrow::Cow::Owned(mut line) => {
+                    if body.len() < text.len() {
+                        line.push('\n');
+                    }
+                    SINK.push(line.as_bytes());
+                }
             }
-            SINK.push(line.as_bytes());
         } else {
             SINK.push(buf);
         }

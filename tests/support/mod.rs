@@ -294,77 +294,52 @@ fn make_certificates(dir: &Path) {
         ]
         .concat(),
     );
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
+    // A certificate signed by the CA: `name.crt`/`name.key`, with extensions `ext`.
+    let signed = |name: &str, subject: &str, ext: &str| {
+        let (key, csr, crt, extfile) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        openssl(
             &[
-                "-keyout",
-                "server.key",
-                "-out",
-                "server.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        ]
-        .concat(),
-    );
-    std::fs::write(
-        dir.join("san.ext"),
+                &["req"][..],
+                &ec,
+                &["-keyout", &key, "-out", &csr, "-subj", subject],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join(&extfile), ext).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &extfile,
+        ]);
+    };
+    signed(
+        "server",
+        "/CN=localhost",
         "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-    // A client certificate from the same CA, for servers that require one.
-    openssl(
-        &[
-            &["req"][..],
-            &ec,
-            &[
-                "-keyout",
-                "client.key",
-                "-out",
-                "client.csr",
-                "-subj",
-                "/CN=lockrun client",
-            ],
-        ]
-        .concat(),
     );
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "client.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "client.ext",
-    ]);
+    // For servers that require a client certificate.
+    signed(
+        "client",
+        "/CN=lockrun client",
+        "extendedKeyUsage=clientAuth\n",
+    );
 }
 
 /// A loopback port nobody listens on right now.
