@@ -187,8 +187,16 @@ async fn acquire<L: LockService>(
             // our sleep is not missed. A failure here is not the end of the wait: a queued CI
             // job must survive a Redis restart; the attempt below meets the same outage and
             // is retried until the wait ends (the heartbeat poll covers a missing subscription).
-            if let Err(e) = lock.subscribe_wakeups(spec).await {
-                debug!(error = %e, "no subscription to release hints yet");
+            match lock.subscribe_wakeups(spec).await {
+                Ok(()) => {}
+                // A refusal (no SUBSCRIBE, no &lockrun:wake:*, a wrong password) is a
+                // configuration mistake: waiting does not fix it, and a waiter quietly
+                // falling back to polling would hide it until the queue misbehaves.
+                Err(e @ LockError::Refused(_)) => {
+                    leave(lock, spec, holder).await;
+                    return Err(Failed::Code(unavailable(&e)));
+                }
+                Err(e) => debug!(error = %e, "no subscription to release hints yet"),
             }
         }
         let attempt = lock.acquire(spec, holder, waiting).await;

@@ -1,6 +1,7 @@
 //! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
 //! so check-and-act is atomic on the server and costs exactly one round trip.
 
+use super::errors::{is_dropped, is_transient, refusal};
 use super::url::{self, Credentials, Secrets};
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
 use redis::aio::{MultiplexedConnection, PubSub};
@@ -169,8 +170,14 @@ impl RedisLock {
     /// not a Redis server) are told apart from an unavailable server: they say what to fix,
     /// and nobody retries them.
     fn unavailable(&self, e: &redis::RedisError) -> LockError {
+        self.failure(e, None)
+    }
+
+    /// [`Self::unavailable`] for a failed `EVAL` of `script`: a refusal can then name the
+    /// command inside the script that the server would not run.
+    fn failure(&self, e: &redis::RedisError, script: Option<&str>) -> LockError {
         let scrub = |m: String| self.secrets.scrub(&m);
-        match refusal(e) {
+        match refusal(e, script) {
             Some(why) => LockError::Refused(scrub(format!(
                 "Redis at {} refused lockrun: {why}",
                 self.shown
@@ -253,9 +260,9 @@ impl RedisLock {
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
         match cmd.query_async::<Value>(&mut conn).await {
             Ok(v) => Ok(v),
-            Err(e) if refusal(&e).is_some() => {
+            Err(e) if refusal(&e, Some(script)).is_some() => {
                 self.conn = None;
-                Err(Failed::Other(self.unavailable(&e)))
+                Err(Failed::Other(self.failure(&e, Some(script))))
             }
             Err(e) if is_dropped(&e) => {
                 self.conn = None;
@@ -285,73 +292,6 @@ impl Failed {
             Failed::Dropped(e) | Failed::Other(e) => e,
         }
     }
-}
-
-/// A refusal of lockrun's configuration, with what to do about it; None for anything else.
-fn refusal(e: &redis::RedisError) -> Option<String> {
-    let text = e.to_string();
-    let code = e.code().unwrap_or_default();
-    if code == "NOAUTH" || text.contains("unauthenticated") || text.contains("NOAUTH") {
-        Some("authentication required: give a password in the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file".into())
-    } else if code == "WRONGPASS"
-        || text.contains("WRONGPASS")
-        || text.contains("AuthenticationFailed")
-    {
-        Some("authentication failed: wrong password or user name".into())
-    } else if code == "NOPERM" || text.contains("NoPerm") || text.contains("NOPERM") {
-        let detail = text.split_once(": ").map_or(text.as_str(), |(_, d)| d);
-        Some(format!(
-            "{detail}; grant the user what lockrun needs (README: ACL permissions)"
-        ))
-    } else if text.contains("Parse error")
-        || text.contains("Incompatible type")
-        || text.contains("invalid type")
-    {
-        Some("the server does not speak the Redis protocol (is this the Redis port?)".into())
-    } else {
-        None
-    }
-}
-
-/// The connection broke (reset, closed, killed) rather than timing out or being refused.
-fn is_dropped(e: &redis::RedisError) -> bool {
-    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
-    if e.is_timeout() || e.is_connection_refusal() {
-        return false;
-    }
-    e.is_connection_dropped()
-        || std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
-                )
-            })
-}
-
-/// Errors after which the request may or may not have taken effect, and a retry on a fresh
-/// connection is the right move (never "not owner").
-fn is_transient(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some(
-                "READONLY"
-                    | "LOADING"
-                    | "MASTERDOWN"
-                    | "BUSY"
-                    | "TRYAGAIN"
-                    | "CLUSTERDOWN"
-                    | "OOM"
-                    | "NOREPLICAS"
-            )
-        )
-        // maxclients: the server is full for now, as a busy one is.
-        || e.to_string().contains("max number of clients reached")
 }
 
 impl LockService for RedisLock {

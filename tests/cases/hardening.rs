@@ -346,65 +346,6 @@ fn a_connection_the_server_closed_costs_no_failed_renewal() {
     assert!(!redis.exists("idle"), "released");
 }
 
-/// The ACL line the README documents, word for word (split for ACL SETUSER).
-const ACL_LINE: &str = "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
-    -@all +eval +subscribe +unsubscribe +ping +select +del +exists +get +pexpire +pttl +publish \
-    +set +time +type +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
-
-#[test]
-fn the_documented_acl_line_is_enough_for_every_path() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let squeezed = ACL_LINE.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(
-        readme.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
-        "README must show: {squeezed}"
-    );
-    let redis = Redis::start_tcp();
-    let words: Vec<&str> = ACL_LINE.split_whitespace().collect();
-    redis.cmd::<()>(&words);
-    let url = format!(
-        "redis://lockrun:lock-Pw-3@127.0.0.1:{}",
-        redis.port.unwrap()
-    );
-    let with_user = || {
-        let mut cmd = bare_lockrun();
-        cmd.arg("-r").arg(&url);
-        cmd
-    };
-    // Plain, with --min-hold, as a semaphore, and nested (reentrancy check).
-    for args in [
-        &["acl", "true"][..],
-        &["--min-hold", "1s", "acl-min", "true"],
-        &["--limit", "2", "acl-sem", "true"],
-    ] {
-        let mut cmd = with_user();
-        cmd.args(args);
-        let out = run(cmd);
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr_of(&out));
-    }
-    let bin = lockrun_bin().display().to_string();
-    let mut cmd = with_user();
-    cmd.args(["acl-re", "sh", "-c"])
-        .arg(format!("'{bin}' -r '{url}' acl-re echo inner"));
-    let out = run(cmd);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert!(stderr_of(&out).contains("reentrant"), "{}", stderr_of(&out));
-    // Waiting: queue, subscription, wake-up on release.
-    let mut holder = with_user();
-    holder
-        .args(["-t", "2s", "acl-wait", "sleep", "1"])
-        .stderr(std::process::Stdio::piped());
-    let holder = holder.spawn().unwrap();
-    eventually("the holder to lock", || redis.exists("acl-wait"));
-    let mut waiter = with_user();
-    waiter.args(["--wait", "10s", "acl-wait", "true"]);
-    let out = run(waiter);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert!(!stderr_of(&out).contains("WARN"), "{}", stderr_of(&out));
-    assert_eq!(wait_output(holder).status.code(), Some(0));
-}
-
 #[test]
 fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
     let redis = Redis::start_with_password("right-Pw-8");

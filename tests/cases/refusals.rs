@@ -1,0 +1,278 @@
+//! Redis refusing lockrun: every refusal of lockrun's configuration (authentication, ACL, a
+//! server without what lockrun needs) exits 69 at once with what to fix, with or without
+//! `--wait`; trouble of the server's own that passes (it cannot persist) is waited out.
+
+use crate::support::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A failing run: exit 69 within `within`, one line of stderr mentioning every `needle`.
+fn refused(cmd: Command, within: Duration, needles: &[&str]) -> String {
+    let started = Instant::now();
+    let out = run(cmd);
+    let took = started.elapsed();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    for needle in needles {
+        assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+    }
+    // A configuration mistake is not waited out.
+    assert!(took < within, "took {took:?}: {err}");
+    assert!(!err.contains("Pw"), "no password in: {err}");
+    err
+}
+
+/// The ACL line the README documents, word for word (split for ACL SETUSER).
+const ACL_LINE: &str =
+    "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
+    -@all +eval +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
+    +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
+
+/// A user made by the README's line, named `name`, without the word `without` ("": all).
+fn acl_user(redis: &Redis, name: &str, without: &str) -> String {
+    let words: Vec<&str> = ACL_LINE
+        .split_whitespace()
+        .map(|w| if w == "lockrun" { name } else { w })
+        .filter(|w| *w != without)
+        .collect();
+    redis.cmd::<()>(&words);
+    format!("redis://{name}:lock-Pw-3@127.0.0.1:{}", redis.port.unwrap())
+}
+
+fn exists_in(redis: &Redis, db: u8, key: &str) -> bool {
+    let url = format!("unix://{}?db={db}", redis.socket.display());
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut conn)
+        .unwrap()
+        == 1
+}
+
+fn lockrun_at(url: &str) -> Command {
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r").arg(url);
+    cmd
+}
+
+#[test]
+fn the_documented_acl_line_is_enough_for_every_path() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let squeezed = ACL_LINE.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        readme.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
+        "README must show: {squeezed}"
+    );
+    let redis = Redis::start_tcp();
+    let url = acl_user(&redis, "lockrun", "");
+    // A database other than 0 (SELECT) too.
+    for url in [url.clone(), format!("{url}/1")] {
+        let ok = |args: &[&str]| {
+            let mut cmd = lockrun_at(&url);
+            cmd.args(args);
+            let out = run(cmd);
+            let err = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(0), "{url} {args:?}: {err}");
+            assert!(!err.contains("WARN"), "{url} {args:?}: {err}");
+        };
+        // Plain, with --min-hold, renewals, as a semaphore.
+        ok(&["acl", "true"]);
+        ok(&["--min-hold", "1s", "acl-min", "true"]);
+        ok(&["-t", "300ms", "acl-renew", "sleep", "0.5"]);
+        ok(&["--limit", "2", "acl-sem", "true"]);
+        // Nested: the reentrancy check.
+        let bin = lockrun_bin().display().to_string();
+        ok(&[
+            "acl-re",
+            "sh",
+            "-c",
+            &format!("'{bin}' -r '{url}' acl-re true"),
+        ]);
+        // Waiting, plain and --limit: queue, subscription, the holder's release wakes us.
+        for limit in [&[][..], &["--limit", "1"]] {
+            let mut holder = lockrun_at(&url);
+            holder
+                .args(limit)
+                .args(["-t", "2s", "acl-wait", "sleep", "1"])
+                .stderr(Stdio::piped());
+            let holder = holder.spawn().unwrap();
+            let db = if url.ends_with("/1") { 1 } else { 0 };
+            eventually("the holder to lock", || exists_in(&redis, db, "acl-wait"));
+            let mut args = limit.to_vec();
+            args.extend(["--wait", "10s", "acl-wait", "true"]);
+            ok(&args);
+            let out = wait_output(holder);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+            assert!(!stderr_of(&out).contains("WARN"), "{}", stderr_of(&out));
+        }
+    }
+    // A wait that ends gives its place in the queue back (LEAVE).
+    redis.cmd::<()>(&["SET", "acl-held", "other", "PX", "5000"]);
+    let mut cmd = lockrun_at(&url);
+    cmd.args(["--wait", "500ms", "acl-held", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    let queued: i64 = redis.cmd(&["ZCARD", "lockrun:waiters:{acl-held}"]);
+    assert_eq!(queued, 0, "the waiter left the queue");
+}
+
+#[test]
+fn a_command_denied_inside_a_script_exits_69_naming_it() {
+    // EVAL is allowed, SET (which the acquire script calls) is not. Before: exit 64,
+    // "Redis rejected the lock script: … can't run this command or subcommand …".
+    let redis = Redis::start_tcp();
+    let url = acl_user(&redis, "noset", "+set");
+    for wait in [&[][..], &["--wait", "20s"]] {
+        let mut cmd = lockrun_at(&url);
+        cmd.args(wait).args(["noset", "true"]);
+        refused(
+            cmd,
+            Duration::from_secs(5),
+            &[
+                "noset:***@",
+                "refused lockrun",
+                "may not run SET",
+                "ACL permissions",
+            ],
+        );
+    }
+    assert!(!redis.exists("noset"));
+}
+
+#[test]
+fn a_waiter_that_may_not_subscribe_exits_69_at_once() {
+    // Before: the refused SUBSCRIBE was ignored and the waiter polled, exit 0 once the
+    // hand-set key expired (~4 s), the configuration mistake never reported.
+    let redis = Redis::start_tcp();
+    let no_channel = acl_user(&redis, "nochan", "&lockrun:wake:*");
+    let no_subscribe = acl_user(&redis, "nosub", "+subscribe");
+    for (url, needle) in [
+        (no_channel, "&lockrun:wake:*"),
+        (
+            no_subscribe,
+            "no permissions to run the 'subscribe' command",
+        ),
+    ] {
+        redis.cmd::<()>(&["SET", "subscribe", "other", "PX", "4000"]);
+        let mut cmd = lockrun_at(&url);
+        cmd.args(["--wait", "20s", "subscribe", "true"]);
+        refused(cmd, Duration::from_secs(2), &[needle, "ACL permissions"]);
+        redis.cmd::<i64>(&["DEL", "subscribe"]);
+    }
+}
+
+#[test]
+fn a_database_the_user_may_not_select_exits_69_at_once() {
+    // redis-rs wraps the refused SELECT; before, it read as "unavailable" and --wait retried
+    // it until the wait ended.
+    let redis = Redis::start_tcp();
+    let url = acl_user(&redis, "noselect", "+select");
+    let mut cmd = lockrun_at(&format!("{url}/3"));
+    cmd.args(["--wait", "20s", "select", "true"]);
+    refused(
+        cmd,
+        Duration::from_secs(2),
+        &[
+            "no permissions to run the 'select' command",
+            "ACL permissions",
+        ],
+    );
+}
+
+/// A server started by hand (options the harness does not take). SIGKILLed on drop, also when
+/// the test fails: a server that cannot save refuses SIGTERM.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A redis-server on a unix socket in `dir` with extra `args`, ready; and its socket.
+fn server(dir: &Path, args: &[&str]) -> (Server, PathBuf) {
+    let sock = dir.join("s.sock");
+    let child = Command::new(redis_server_binary())
+        .args(["--port", "0", "--unixsocket"])
+        .arg(&sock)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Server)
+        .unwrap();
+    let client = redis::Client::open(format!("unix://{}", sock.display())).unwrap();
+    eventually("the server to answer", || {
+        client
+            .get_connection()
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    });
+    (child, sock)
+}
+
+#[test]
+fn a_server_without_eval_is_refused_not_misused() {
+    // Before: exit 64 with the start of lockrun's script in the message.
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = server(dir.path(), &["--save", "", "--rename-command", "EVAL", ""]);
+    let url = format!("unix://{}", sock.display());
+    for wait in [&[][..], &["--wait", "20s"]] {
+        let mut cmd = lockrun_at(&url);
+        cmd.args(wait).args(["noeval", "true"]);
+        let err = refused(cmd, Duration::from_secs(5), &["does not offer EVAL"]);
+        assert!(!err.contains("prelude"), "{err}");
+    }
+}
+
+#[test]
+fn a_server_that_cannot_persist_is_waited_out() {
+    // MISCONF: a failed RDB save with stop-writes-on-bgsave-error stops all writes. The disk is
+    // the problem, not the key: "unavailable" (69), and retried while waiting. Before: exit 64
+    // "Redis rejected the lock script", at once even with --wait.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let (_server, sock) = server(
+        dir.path(),
+        &["--save", "3600 1", "--dir", data.to_str().unwrap()],
+    );
+    // The save cannot write into a directory that is gone.
+    std::fs::remove_dir_all(&data).unwrap();
+    let client = redis::Client::open(format!("unix://{}", sock.display())).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: redis::RedisResult<String> = redis::cmd("BGSAVE").query(&mut conn);
+    eventually("writes to be refused (MISCONF)", || {
+        let r: redis::RedisResult<()> = redis::cmd("SET").arg("probe").arg("1").query(&mut conn);
+        r.is_err_and(|e| e.code() == Some("MISCONF"))
+    });
+    let url = format!("unix://{}", sock.display());
+    let mut cmd = lockrun_at(&url);
+    cmd.args(["misconf", "true"]);
+    refused(cmd, Duration::from_secs(5), &["unavailable", "MISCONF"]);
+    // A waiter keeps trying and runs once an operator has fixed it (here: no more saves).
+    let mut cmd = lockrun_at(&url);
+    cmd.args(["--wait", "20s", "misconf", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let waiter = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("save")
+        .arg("")
+        .query(&mut conn)
+        .unwrap();
+    let out = wait_output(waiter);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(stdout_of(&out), "ran\n");
+    assert!(
+        err.contains("Redis unavailable while waiting for the lock; retrying"),
+        "{err}"
+    );
+}
