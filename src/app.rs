@@ -4,8 +4,8 @@
 use crate::cli::{Args, OnLost};
 use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
-use crate::lock::redis::RedisLock;
-use crate::lock::url::{Credentials, TlsFiles};
+use crate::lock::redis::{Access, RedisLock};
+use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Release,
 };
@@ -28,18 +28,11 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         ttl: args.ttl,
         limit: args.limit,
     };
-    let creds = Credentials::from_options(
-        args.redis_user.as_deref(),
-        std::env::var_os("LOCKRUN_REDIS_PASSWORD"),
-        args.redis_password_file.as_deref(),
-    );
-    let lock = creds.and_then(|c| {
-        let tls = TlsFiles {
-            ca: args.tls_ca.clone(),
-            cert: args.tls_cert.clone(),
-            key: args.tls_key.clone(),
-        };
-        RedisLock::new(&args.redis, &c, &tls, request_timeout(args.ttl))
+    let lock = access(&args).and_then(|access| {
+        if access.insecure {
+            warn!("--tls-insecure: the server's certificate is not verified; anyone on the network path can impersonate it");
+        }
+        RedisLock::new(&args.redis, &access, request_timeout(args.ttl))
             .map(|l| l.with_acks(args.acks, args.fsync))
     });
     let mut lock = match lock {
@@ -139,6 +132,29 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         release(&mut lock, &spec, &lease, keep).await;
         return code;
     }
+}
+
+/// How to reach and authenticate to the server(s), from the options and the environment.
+fn access(args: &Args) -> Result<Access, String> {
+    let env = |name: &str| std::env::var_os(name);
+    Ok(Access {
+        creds: Credentials::from_options(
+            args.redis_user.as_deref(),
+            env("LOCKRUN_REDIS_PASSWORD"),
+            args.redis_password_file.as_deref(),
+        )?,
+        tls: TlsFiles {
+            ca: args.tls_ca.clone(),
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        },
+        sentinel_password: password_from(
+            "LOCKRUN_SENTINEL_PASSWORD",
+            env("LOCKRUN_SENTINEL_PASSWORD"),
+            args.sentinel_password_file.as_deref(),
+        )?,
+        insecure: args.tls_insecure,
+    })
 }
 
 /// A nested lockrun of the same key inherits the outer one's key and token.

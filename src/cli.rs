@@ -36,7 +36,9 @@ elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error
 )]
 pub struct Args {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
-    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P].
+    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P],
+    /// redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel),
+    /// redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS).
     /// Passwords are never printed
     #[arg(
         short,
@@ -86,6 +88,17 @@ pub struct Args {
         hide_env_values = true
     )]
     pub tls_key: Option<std::path::PathBuf>,
+
+    /// TLS without verifying the server's certificate: only for testing, it allows anyone on the
+    /// path to impersonate the server (logged as a warning on every run)
+    #[arg(long, env = "LOCKRUN_TLS_INSECURE", value_parser = parse_switch, hide_env_values = true)]
+    pub tls_insecure: bool,
+
+    /// redis+sentinel://: read the sentinels' own password from FILE (the URL's password is the
+    /// data nodes'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)
+    #[arg(long, env = "LOCKRUN_SENTINEL_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
+          value_parser = clap::value_parser!(std::path::PathBuf))]
+    pub sentinel_password_file: Option<std::path::PathBuf>,
 
     /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
     /// 1h, 1d; a bare number is seconds)

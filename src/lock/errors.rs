@@ -33,7 +33,7 @@ pub fn refusal(e: &RedisError, script: Option<&str>) -> Option<String> {
         let what = scripted_command(&text, script)
             .map_or("a command".to_string(), |c| format!("{c}, a command"));
         let what = if lower.contains("publish") || lower.contains("channel") {
-            "PUBLISH to lockrun:wake:KEY (&lockrun:wake:*), which lockrun's scripts need".into()
+            "PUBLISH to lockrun:wake:{KEY} (&lockrun:wake:*), which lockrun's scripts need".into()
         } else if lower.contains("keys") {
             "a key lockrun's scripts use (~KEY ~lockrun:*)".into()
         } else {
@@ -51,7 +51,7 @@ pub fn refusal(e: &RedisError, script: Option<&str>) -> Option<String> {
     {
         let detail = text.rsplit_once(": ").map_or(text.as_str(), |(_, d)| d);
         let needs = if lower.contains("channel") {
-            " (--wait subscribes to lockrun:wake:KEY: &lockrun:wake:*)"
+            " (--wait subscribes to lockrun:wake:{KEY}: &lockrun:wake:*)"
         } else if lower.contains("key") {
             " (the lock key and lockrun's own keys: ~KEY ~lockrun:*)"
         } else {

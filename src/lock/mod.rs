@@ -5,6 +5,8 @@
 //! server implements it ([`redis::RedisLock`]); a Redlock quorum, Sentinel or Cluster backend
 //! implements the same trait and the supervisor, watchdog and waiting loop do not change.
 
+pub mod connect;
+pub mod endpoint;
 pub mod errors;
 pub mod redis;
 pub mod url;

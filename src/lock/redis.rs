@@ -1,11 +1,12 @@
 //! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
 //! so check-and-act is atomic on the server and costs exactly one round trip.
 
+use super::connect::{Conn, Connector, Fail, Wake};
+use super::endpoint;
 use super::errors::{is_dropped, is_transient, refusal};
-use super::url::{self, Credentials, Secrets};
+use super::url::{Credentials, Secrets, TlsFiles};
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
-use redis::aio::{MultiplexedConnection, PubSub};
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -25,22 +26,32 @@ const RENEW: &str = include_str!("renew.lua");
 const SEM_RENEW: &str = include_str!("sem_renew.lua");
 const HELD_BY: &str = include_str!("held_by.lua");
 
+/// Everything besides the URL that decides how to reach and authenticate to the server(s).
+#[derive(Default)]
+pub struct Access {
+    pub creds: Credentials,
+    pub tls: TlsFiles,
+    /// The sentinels' own password (not the data nodes').
+    pub sentinel_password: Option<String>,
+    /// `--tls-insecure`: no certificate verification.
+    pub insecure: bool,
+}
+
 /// A waiter's place in the queue lasts this long unless renewed: the longest a waiter that
 /// died (SIGKILL) can hold up the queue.
 pub const TICKET: Duration = Duration::from_secs(3);
 
 pub struct RedisLock {
-    client: Client,
-    config: AsyncConnectionConfig,
+    connector: Connector,
     timeout: Duration,
     /// The URL with its credentials replaced, for every message we print.
     shown: String,
     /// Every password we were given, scrubbed from every message we print.
     secrets: Secrets,
     /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
-    /// of queueing behind a half-dead socket.
-    conn: Option<MultiplexedConnection>,
-    wake: Option<PubSub>,
+    /// of queueing behind a half-dead socket (and, behind Sentinel, asks for the primary anew).
+    conn: Option<Conn>,
+    wake: Option<Wake>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
     /// The server's own append-only file must have them on disk too (`--fsync`).
@@ -48,30 +59,19 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    /// Validates the URL and credentials without connecting (see [`url::target`]).
+    /// Validates the URL and credentials without connecting (see [`endpoint::parse`]).
     /// `timeout` bounds connecting and every reply.
-    pub fn new(
-        url: &str,
-        creds: &Credentials,
-        tls: &url::TlsFiles,
-        timeout: Duration,
-    ) -> Result<RedisLock, String> {
-        let url::Target {
-            info,
-            shown,
-            secrets,
-        } = url::target(url, creds)?;
-        let client = match tls.load(shown.starts_with("rediss://"))? {
-            Some(certs) => Client::build_with_tls(info, certs),
-            None => Client::open(info),
-        }
-        .map_err(|e| secrets.scrub(&format!("invalid Redis URL '{shown}' or TLS files: {e}")))?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
+    pub fn new(url: &str, access: &Access, timeout: Duration) -> Result<RedisLock, String> {
+        let endpoint = endpoint::parse(
+            url,
+            &access.creds,
+            &access.tls,
+            access.sentinel_password.clone(),
+            access.insecure,
+        )?;
+        let (shown, secrets) = (endpoint.shown.clone(), endpoint.secrets.clone());
         Ok(RedisLock {
-            client,
-            config,
+            connector: Connector::new(endpoint, timeout)?,
             timeout,
             shown,
             secrets,
@@ -94,58 +94,68 @@ impl RedisLock {
         self
     }
 
-    /// `WAIT acks`: blocks until that many replicas have this connection's writes so far (the
-    /// script just run). Fewer within the time left of the request timeout means the write may
-    /// be lost in a failover, so the caller treats it as not done (unknown).
-    async fn replicated(&mut self) -> Result<(), LockError> {
-        if self.acks == 0 && !self.fsync {
-            return Ok(());
-        }
-        let mut conn = self.connection().await?;
-        // Two thirds of the request timeout: WAIT must answer before the reply timeout fires.
-        let wait_ms = (self.timeout.as_millis() * 2 / 3).max(1) as u64;
-        let got: i64 = if self.fsync {
-            // WAITAOF numlocal numreplicas timeout → [local fsyncs, replica fsyncs].
-            let reply: Result<(i64, i64), _> = redis::cmd("WAITAOF")
-                .arg(1)
-                .arg(self.acks)
-                .arg(wait_ms)
-                .query_async(&mut conn)
-                .await;
-            match reply {
-                Ok((local, replicas)) if local >= 1 => replicas,
-                Ok(_) => {
+    /// Whether writes must be acknowledged (`--acks`, `--fsync`).
+    fn acking(&self) -> bool {
+        self.acks > 0 || self.fsync
+    }
+
+    /// How long `WAIT`/`WAITAOF` may block: two thirds of the request timeout, so that it
+    /// answers before the reply timeout fires (redis-rs's own default would be 500 ms).
+    fn ack_wait_ms(&self) -> u64 {
+        (self.timeout.as_millis() * 2 / 3).max(1) as u64
+    }
+
+    /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas
+    /// (and the server's own disk) have this connection's writes so far, the script just run.
+    fn ack_cmd(&self) -> redis::Cmd {
+        let mut cmd = if self.fsync {
+            let mut c = redis::cmd("WAITAOF");
+            c.arg(1);
+            c
+        } else {
+            redis::cmd("WAIT")
+        };
+        cmd.arg(self.acks).arg(self.ack_wait_ms());
+        cmd
+    }
+
+    /// The reply to [`Self::ack_cmd`]: fewer acknowledgements than asked means the write may be
+    /// lost in a failover, so the caller treats it as not done (unknown outcome).
+    fn check_ack(&self, reply: Value) -> Result<(), LockError> {
+        let wait_ms = self.ack_wait_ms();
+        let refused = |why: &str| {
+            Err(LockError::Refused(format!(
+                "Redis at {} refused lockrun: {why}",
+                self.shown
+            )))
+        };
+        let got = match reply {
+            Value::Int(n) if !self.fsync => n,
+            // WAITAOF → [local fsyncs, replica fsyncs].
+            Value::Array(v) if self.fsync => match v.as_slice() {
+                [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
+                [Value::Int(_), Value::Int(_)] => {
                     return Err(LockError::Unavailable(format!(
                         "Redis at {} unavailable: the server did not fsync the lock within {wait_ms}ms (--fsync)",
                         self.shown
                     )))
                 }
-                Err(e) => {
-                    let text = e.to_string();
-                    let why = if text.contains("unknown command") {
+                _ => return Err(unexpected(&Value::Array(v))),
+            },
+            Value::ServerError(e) => {
+                let text = format!("{e:?}").to_ascii_lowercase();
+                if text.contains("unknown command") {
+                    return refused(if self.fsync {
                         "--fsync needs WAITAOF (Redis 7.2 or later, Valkey 8 or later)"
-                    } else if text.contains("appendonly") {
-                        "--fsync needs the server's append-only file (appendonly yes)"
                     } else {
-                        self.conn = None;
-                        return Err(self.unavailable(&e));
-                    };
-                    return Err(LockError::Refused(format!(
-                        "Redis at {} refused lockrun: {why}",
-                        self.shown
-                    )));
+                        "--acks needs WAIT, which this server does not offer"
+                    });
+                } else if text.contains("appendonly") {
+                    return refused("--fsync needs the server's append-only file (appendonly yes)");
                 }
+                return Err(self.unavailable(&e.into()));
             }
-        } else {
-            redis::cmd("WAIT")
-                .arg(self.acks)
-                .arg(wait_ms)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| {
-                    self.conn = None;
-                    self.unavailable(&e)
-                })?
+            other => return Err(unexpected(&other)),
         };
         if got < i64::from(self.acks) {
             return Err(LockError::Unavailable(format!(
@@ -156,10 +166,22 @@ impl RedisLock {
         Ok(())
     }
 
+    /// On a Cluster, every key a script touches must share the lock's hash slot: refuse the
+    /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
+    fn check_key(&self, key: &str) -> Result<(), LockError> {
+        if self.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
+            return Err(LockError::Misuse(format!(
+                "key '{key}' has a '}}' but no {{hash tag}}: on a Redis Cluster its fencing counter and queue \
+                 cannot share its slot; use a name without '}}', or one with a {{hash tag}}"
+            )));
+        }
+        Ok(())
+    }
+
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
     /// gets garbage): say what that usually means instead of a bare "timed out".
     fn tls_hint(&self) -> &'static str {
-        if self.shown.starts_with("rediss://") {
+        if self.connector.endpoint().tls {
             "; is the server's port TLS-enabled? (rediss:// needs TLS; use redis:// for a plain-text port)"
         } else {
             ""
@@ -190,36 +212,39 @@ impl RedisLock {
         }
     }
 
-    /// Awaits `fut` for at most the request timeout; both a failure and the timeout mean
-    /// "unavailable", the latter described by `what` (e.g. "no connection").
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.unavailable(&e)),
-            Err(_) => Err(LockError::Unavailable(self.secrets.scrub(&format!(
-                "Redis at {} unavailable: {what} within {:?}{}",
-                self.shown,
-                self.timeout,
-                self.tls_hint()
-            )))),
-        }
-    }
-
-    async fn connection(&mut self) -> Result<MultiplexedConnection, LockError> {
+    async fn connection(&mut self) -> Result<Conn, LockError> {
         if let Some(c) = &self.conn {
             return Ok(c.clone());
         }
-        // The outer timeout also covers DNS and AUTH, which the config's timeouts may not.
-        let fut = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config);
-        let conn = self.bounded("no connection", fut).await?;
+        // The outer timeout also covers DNS, AUTH and asking the sentinels.
+        let conn = match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(fail)) => return Err(self.failed_connect(fail)),
+            Err(_) => return Err(self.timed_out("no connection")),
+        };
         self.conn = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// What a failed connection attempt means (see [`Self::unavailable`]).
+    fn failed_connect(&self, fail: Fail) -> LockError {
+        let scrub = |m: String| self.secrets.scrub(&m);
+        match fail {
+            Fail::Redis(e) => self.unavailable(&e),
+            Fail::Refused(m) => LockError::Refused(scrub(m)),
+            Fail::Unavailable(m) => {
+                LockError::Unavailable(scrub(format!("Redis at {} unavailable: {m}", self.shown)))
+            }
+        }
+    }
+
+    fn timed_out(&self, what: &str) -> LockError {
+        LockError::Unavailable(self.secrets.scrub(&format!(
+            "Redis at {} unavailable: {what} within {:?}{}",
+            self.shown,
+            self.timeout,
+            self.tls_hint()
+        )))
     }
 
     /// One `EVAL`. Plain EVAL rather than EVALSHA: the scripts are a few hundred bytes, and a
@@ -230,7 +255,21 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, LockError> {
-        match self.eval_once(script, keys, args).await {
+        self.eval_acked(script, keys, args, false)
+            .await
+            .map(|(v, _)| v)
+    }
+
+    /// [`Self::eval`]; with `ack` and `--acks`/`--fsync`, the `WAIT` is pipelined behind the
+    /// `EVAL` (one round trip) and its verdict comes back beside the script's reply.
+    async fn eval_acked(
+        &mut self,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+        ack: bool,
+    ) -> Result<(Value, Acked), LockError> {
+        match self.eval_once(script, keys, args, ack).await {
             // The connection was dropped under the request (the server closed an idle client,
             // CLIENT KILL, a proxy restart): one more try on a fresh connection, so one broken
             // socket does not fail a run. Safe because every script here is idempotent for its
@@ -239,7 +278,7 @@ impl RedisLock {
             // slow, black-holed or down, and the budget for this request is spent.
             Err(Failed::Dropped(e)) => {
                 tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
-                self.eval_once(script, keys, args)
+                self.eval_once(script, keys, args, ack)
                     .await
                     .map_err(Failed::into_error)
             }
@@ -254,11 +293,43 @@ impl RedisLock {
         script: &str,
         keys: &[&str],
         args: &[&str],
-    ) -> Result<Value, Failed> {
+        ack: bool,
+    ) -> Result<(Value, Acked), Failed> {
         let mut conn = self.connection().await.map_err(Failed::Other)?;
+        // On a Cluster, a release hint goes to the lock's shard only (sharded pub/sub); its
+        // channel shares the lock's slot (see `wake_channel`).
+        let sharded;
+        let script = if self.connector.is_cluster() {
+            sharded = script.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+            sharded.as_str()
+        } else {
+            script
+        };
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
-        match cmd.query_async::<Value>(&mut conn).await {
+        let reply = if ack && self.acking() {
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd)
+                .add_command(self.ack_cmd())
+                .ignore_errors();
+            match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                Ok(mut replies) if replies.len() == 2 => {
+                    let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
+                    replies
+                        .pop()
+                        .unwrap_or(Value::Nil)
+                        .extract_error()
+                        .map(|v| (v, acked))
+                }
+                Ok(other) => return Err(Failed::Other(unexpected(&Value::Array(other)))),
+                Err(e) => Err(e),
+            }
+        } else {
+            cmd.query_async::<Value>(&mut conn)
+                .await
+                .map(|v| (v, Ok(())))
+        };
+        match reply {
             Ok(v) => Ok(v),
             Err(e) if refusal(&e, Some(script)).is_some() => {
                 self.conn = None;
@@ -280,6 +351,9 @@ impl RedisLock {
     }
 }
 
+/// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
+type Acked = Result<(), LockError>;
+
 /// How one `EVAL` failed: on a connection that was dropped under it, or otherwise.
 enum Failed {
     Dropped(LockError),
@@ -299,12 +373,13 @@ impl LockService for RedisLock {
         if self.wake.is_some() {
             return Ok(());
         }
-        let fut = self.client.get_async_pubsub();
-        let mut pubsub = self.bounded("no connection", fut).await?;
         let channel = wake_channel(&spec.key);
-        self.bounded("no SUBSCRIBE reply", pubsub.subscribe(channel))
-            .await?;
-        self.wake = Some(pubsub);
+        let fut = self.connector.subscribe(&channel);
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(wake)) => self.wake = Some(wake),
+            Ok(Err(fail)) => return Err(self.failed_connect(fail)),
+            Err(_) => return Err(self.timed_out("no SUBSCRIBE reply")),
+        }
         Ok(())
     }
 
@@ -314,6 +389,7 @@ impl LockService for RedisLock {
         holder: &Holder,
         queue: bool,
     ) -> Result<Acquire, LockError> {
+        self.check_key(&spec.key)?;
         let keys = Keys::of(&spec.key);
         let ttl = spec.ttl.as_millis().to_string();
         let ticket = if queue {
@@ -323,19 +399,20 @@ impl LockService for RedisLock {
         };
         let sent_at = Instant::now();
         let key_args = [spec.key.as_str(), &keys.fence, &keys.queue, &keys.tickets];
-        let reply = match spec.limit {
+        let (reply, acked) = match spec.limit {
             None => {
-                self.eval(
+                self.eval_acked(
                     ACQUIRE,
                     &key_args,
                     &[&holder.value, &ttl, &holder.id, &ticket],
+                    true,
                 )
                 .await?
             }
             Some(n) => {
                 let n = n.to_string();
                 let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
-                self.eval(SEM_ACQUIRE, &key_args, &args.map(String::as_str))
+                self.eval_acked(SEM_ACQUIRE, &key_args, &args.map(String::as_str), true)
                     .await?
             }
         };
@@ -353,7 +430,7 @@ impl LockService for RedisLock {
                     sent_at,
                     confirmed_at,
                 };
-                if let Err(e) = self.replicated().await {
+                if let Err(e) = acked {
                     // Not on enough replicas: a failover now could hand the key to someone
                     // else. Give it back (token-checked) rather than hold it half-safely.
                     let _ = self.release(spec, &lease, Duration::ZERO).await;
@@ -410,14 +487,13 @@ impl LockService for RedisLock {
         } else {
             RENEW
         };
-        match self
-            .eval(script, &[&spec.key], &[&lease.holder.value, &ttl])
-            .await?
-        {
-            Value::Int(1) => {
-                self.replicated().await?;
-                Ok(Renew::Renewed)
-            }
+        let (reply, acked) = self
+            .eval_acked(script, &[&spec.key], &[&lease.holder.value, &ttl], true)
+            .await?;
+        match reply {
+            // Not acknowledged: the deadline stays where the last acknowledged write put it
+            // (the watchdog retries until then).
+            Value::Int(1) => acked.map(|()| Renew::Renewed),
             Value::Int(0) => Ok(Renew::NotOwner),
             other => Err(unexpected(&other)),
         }
@@ -437,15 +513,21 @@ impl LockService for RedisLock {
             RELEASE
         };
         let keys = Keys::of(&spec.key);
-        match self
+        let (reply, acked) = self
             .eval_once(
                 script,
                 &[&spec.key, &keys.queue, &keys.tickets],
                 &[&lease.holder.value, &keep, &keys.channel],
+                true,
             )
             .await
-            .map_err(Failed::into_error)?
-        {
+            .map_err(Failed::into_error)?;
+        if let Err(e) = acked {
+            // The key is deleted on the primary; if a failover loses that, it only lingers
+            // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
+            tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");
+        }
+        match reply {
             Value::Int(1) => Ok(Release::Deleted),
             Value::Int(2) => Ok(Release::Kept(keep_for)),
             Value::Int(0) => Ok(Release::NotOwner),
@@ -476,31 +558,25 @@ impl LockService for RedisLock {
     }
 
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {
-        use futures_core::Stream;
-        let Some(pubsub) = self.wake.as_mut() else {
+        let Some(wake) = self.wake.as_mut() else {
             return tokio::time::sleep(max).await;
         };
-        let dead = std::cell::Cell::new(false);
-        {
-            let stream = pubsub.on_message();
-            let mut stream = std::pin::pin!(stream);
-            let id = holder.id.as_bytes();
-            let ours = async {
-                // Hints name the waiter whose turn it is (by public id); the others sleep on.
-                while let Some(msg) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await
-                {
-                    if msg.get_payload_bytes() == id {
-                        return;
-                    }
+        let id = holder.id.as_bytes();
+        let mut dead = false;
+        let ours = async {
+            // Hints name the waiter whose turn it is (by public id); the others sleep on.
+            while let Some(payload) = wake.next().await {
+                if payload == id {
+                    return;
                 }
-                // The subscription connection died: fall back to sleeping (the caller's bound
-                // still holds, and the ticket renewal doubles as a poll).
-                dead.set(true);
-                std::future::pending::<()>().await
-            };
-            let _ = tokio::time::timeout(max, ours).await;
-        }
-        if dead.get() {
+            }
+            // The subscription died: fall back to sleeping (the caller's bound still holds,
+            // and the ticket renewal doubles as a poll).
+            dead = true;
+            std::future::pending::<()>().await
+        };
+        let _ = tokio::time::timeout(max, ours).await;
+        if dead {
             // Subscribe again before the next attempt (see `subscribe_wakeups`).
             self.wake = None;
         }
@@ -520,9 +596,10 @@ fn as_string(v: &Value) -> Option<String> {
     }
 }
 
-/// Where release hints for `key` are published.
+/// Where release hints for `key` are published: named like the helper keys, so that on a
+/// Cluster the channel is in the lock's slot (sharded pub/sub from inside the scripts).
 pub fn wake_channel(key: &str) -> String {
-    format!("lockrun:wake:{key}")
+    helper_key(key, "wake")
 }
 
 /// The keys that go with a lock key.

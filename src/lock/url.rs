@@ -103,30 +103,39 @@ impl Credentials {
         env_password: Option<std::ffi::OsString>,
         password_file: Option<&Path>,
     ) -> Result<Credentials, String> {
-        let env_password = match env_password {
-            Some(p) if p.is_empty() => None,
-            Some(p) => Some(p.into_string().map_err(|_| {
-                "LOCKRUN_REDIS_PASSWORD is not valid UTF-8 (the Redis client sends text passwords only)"
-                    .to_string()
-            })?),
-            None => None,
-        };
-        let password = match (env_password, password_file) {
-            (Some(_), Some(file)) => {
-                return Err(format!(
-                    "both LOCKRUN_REDIS_PASSWORD and the password file '{}' are set; use one",
-                    file.display()
-                ))
-            }
-            (Some(p), None) => Some(p),
-            (None, Some(file)) => Some(read_password_file(file)?),
-            (None, None) => None,
-        };
+        let password = password_from("LOCKRUN_REDIS_PASSWORD", env_password, password_file)?;
         Ok(Credentials {
             user: user.map(str::to_string),
             password,
         })
     }
+}
+
+/// One password from an environment variable (`env_name`; empty counts as unset) or a file.
+/// Also the sentinels' password (`LOCKRUN_SENTINEL_PASSWORD`, `--sentinel-password-file`).
+pub fn password_from(
+    env_name: &str,
+    env_password: Option<std::ffi::OsString>,
+    password_file: Option<&Path>,
+) -> Result<Option<String>, String> {
+    let env_password = match env_password {
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(p.into_string().map_err(|_| {
+            format!("{env_name} is not valid UTF-8 (the Redis client sends text passwords only)")
+        })?),
+        None => None,
+    };
+    Ok(match (env_password, password_file) {
+        (Some(_), Some(file)) => {
+            return Err(format!(
+                "both {env_name} and the password file '{}' are set; use one",
+                file.display()
+            ))
+        }
+        (Some(p), None) => Some(p),
+        (None, Some(file)) => Some(read_password_file(file)?),
+        (None, None) => None,
+    })
 }
 
 /// The file's content minus one trailing newline (`echo pw > file` writes one; a second one
@@ -170,6 +179,18 @@ impl Secrets {
         }
         // Longest first, so a secret that contains another is replaced whole.
         self.0.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    }
+
+    /// A secret given outside any URL (e.g. the sentinels' password).
+    pub fn add_secret(&mut self, secret: &str) {
+        self.add(secret);
+    }
+
+    /// Every secret of `other` too (one URL naming several nodes).
+    pub fn extend(&mut self, other: Secrets) {
+        for s in other.0 {
+            self.add(&s);
+        }
     }
 
     /// Replaces every form of every secret in `message` (e.g. an error that quotes the URL).
@@ -274,7 +295,8 @@ fn split(url: &str) -> Result<Parts<'_>, String> {
         };
         return Err(format!(
             "invalid Redis URL: unsupported scheme{scheme}; use redis://, rediss://, valkey://, \
-             valkeys://, unix:// or redis+unix://"
+             valkeys://, unix://, redis+unix://, redis+sentinel://, rediss+sentinel://, \
+             redis+cluster:// or rediss+cluster://"
         ));
     }
     let (userinfo, rest) = if tcp {
@@ -407,6 +429,13 @@ fn percent_decode(s: &str, plus_is_space: bool) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A TCP URL's user info, location (host, port, path) and query, cut by the same rules as
+/// [`target`] (an ambiguous one is refused without quoting it).
+pub fn authority_parts(url: &str) -> Result<(Option<&str>, &str, Option<&str>), String> {
+    let p = split(url)?;
+    Ok((p.userinfo, p.location, p.query))
 }
 
 /// `redis://user:secret@host` → `redis://user:***@host`, `?pass=secret` → `?pass=***`; a URL

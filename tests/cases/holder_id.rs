@@ -151,7 +151,7 @@ fn the_waiter_queue_and_wake_up_messages_never_carry_a_token() {
     let mut conn = redis.conn();
     conn.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut pubsub = conn.as_pubsub();
-    pubsub.subscribe("lockrun:wake:woken").unwrap();
+    pubsub.subscribe("lockrun:wake:{woken}").unwrap();
 
     let waiter_token_file = dir.join("w.token");
     let script = format!(

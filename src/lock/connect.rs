@@ -1,0 +1,306 @@
+//! How an [`Endpoint`] becomes connections: to the one server, to whichever server the
+//! sentinels name as primary *now*, or to a Cluster (which follows MOVED/ASK itself).
+//!
+//! The lock scripts are the same everywhere; only this differs. Every call to [`Connector::connect`]
+//! starts from scratch (the caller drops its connection after any failure whose outcome is
+//! unknown), so a failover is followed by the next request: Sentinel is asked again, the
+//! Cluster's slot map is refreshed on MOVED.
+
+use super::endpoint::{Endpoint, Shape};
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, PushInfo,
+    PushKind, RedisError, RedisFuture, Value,
+};
+use std::time::Duration;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// One connection for lock requests, whatever the topology.
+#[derive(Clone)]
+pub enum Conn {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Why no connection: the server's own error (the caller classifies it), or something only
+/// the topology can say (no sentinel answered, none knows the service).
+pub enum Fail {
+    Redis(RedisError),
+    /// A configuration mistake: waiting does not fix it.
+    Refused(String),
+    Unavailable(String),
+}
+
+impl From<RedisError> for Fail {
+    fn from(e: RedisError) -> Fail {
+        Fail::Redis(e)
+    }
+}
+
+/// A subscription to release hints.
+pub enum Wake {
+    /// `SUBSCRIBE` on one server (scripts `PUBLISH`).
+    Plain(PubSub),
+    /// `SSUBSCRIBE` through the Cluster (scripts `SPUBLISH`): the hint stays on the lock's
+    /// shard instead of being broadcast to every node. Messages arrive as RESP3 pushes.
+    Sharded {
+        _conn: ClusterConnection,
+        rx: UnboundedReceiver<PushInfo>,
+    },
+}
+
+impl Wake {
+    /// The next hint's payload; None once the subscription is dead.
+    pub async fn next(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Wake::Plain(pubsub) => {
+                use futures_core::Stream;
+                let stream = pubsub.on_message();
+                let mut stream = std::pin::pin!(stream);
+                let msg = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await?;
+                Some(msg.get_payload_bytes().to_vec())
+            }
+            Wake::Sharded { rx, .. } => loop {
+                let push = rx.recv().await?;
+                // Subscribe confirmations and disconnection notices are not hints (the
+                // Cluster connection resubscribes by itself after a reconnect).
+                if push.kind == PushKind::SMessage {
+                    if let Some(Value::BulkString(payload)) = push.data.get(1) {
+                        return Some(payload.clone());
+                    }
+                }
+            },
+        }
+    }
+}
+
+pub struct Connector {
+    endpoint: Endpoint,
+    config: AsyncConnectionConfig,
+    timeout: Duration,
+    /// Built once: a `Client` only holds the address and settings.
+    node: Option<Client>,
+    sentinels: Vec<Client>,
+    cluster: Option<ClusterClient>,
+}
+
+impl Connector {
+    /// Builds the clients (no I/O). `timeout` bounds connecting and each reply.
+    pub fn new(endpoint: Endpoint, timeout: Duration) -> Result<Connector, String> {
+        let certs = endpoint.certs.clone();
+        let client = |info: &ConnectionInfo| -> Result<Client, String> {
+            match &certs {
+                Some(c) => Client::build_with_tls(info.clone(), c.clone()),
+                None => Client::open(info.clone()),
+            }
+            .map_err(|e| {
+                endpoint.secrets.scrub(&format!(
+                    "invalid Redis URL '{}' or TLS files: {e}",
+                    endpoint.shown
+                ))
+            })
+        };
+        let (mut node, mut sentinels, mut cluster) = (None, Vec::new(), None);
+        match &endpoint.shape {
+            Shape::Node(info) => node = Some(client(info)?),
+            Shape::Sentinel { sentinels: s, .. } => {
+                sentinels = s.iter().map(client).collect::<Result<_, _>>()?;
+            }
+            Shape::Cluster(seeds) => cluster = Some(cluster_client(&endpoint, seeds, timeout)?),
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        Ok(Connector {
+            endpoint,
+            config,
+            timeout,
+            node,
+            sentinels,
+            cluster,
+        })
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// A new connection for lock requests.
+    pub async fn connect(&self) -> Result<Conn, Fail> {
+        if let Some(cluster) = &self.cluster {
+            return Ok(Conn::Cluster(cluster.get_async_connection().await?));
+        }
+        let client = self.data_node().await?;
+        Ok(Conn::Node(
+            client
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await?,
+        ))
+    }
+
+    /// A new subscription to `channel`.
+    pub async fn subscribe(&self, channel: &str) -> Result<Wake, Fail> {
+        if let Shape::Cluster(seeds) = &self.endpoint.shape {
+            let (tx, rx) = unbounded_channel();
+            let client = cluster_builder(&self.endpoint, seeds, self.timeout)
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(tx)
+                .build()
+                .map_err(Fail::Redis)?;
+            let mut conn = client.get_async_connection().await?;
+            conn.ssubscribe(channel).await?;
+            return Ok(Wake::Sharded { _conn: conn, rx });
+        }
+        let mut pubsub = self.data_node().await?.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok(Wake::Plain(pubsub))
+    }
+
+    /// The client of the one server, or of the primary the sentinels name now.
+    async fn data_node(&self) -> Result<Client, Fail> {
+        if let Some(node) = &self.node {
+            return Ok(node.clone());
+        }
+        let Shape::Sentinel { service, node, .. } = &self.endpoint.shape else {
+            unreachable!("a Cluster has no single data node")
+        };
+        let (host, port) = self.ask_sentinels(service).await?;
+        let addr = match node.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let info = node.clone().set_addr(addr);
+        match &self.endpoint.certs {
+            Some(c) => Client::build_with_tls(info, c.clone()),
+            None => Client::open(info),
+        }
+        .map_err(Fail::Redis)
+    }
+
+    /// Asks every sentinel at once and takes the first that names a primary: a dead or
+    /// black-holed sentinel costs nothing while another answers. (The redis crate's own
+    /// Sentinel client asks in list order, so a stalled first sentinel would stall every
+    /// connection; and it connects to the primary twice to check its role. A primary that is
+    /// no longer one answers our first write with READONLY, which reconnects and asks again.)
+    async fn ask_sentinels(&self, service: &str) -> Result<(String, u16), Fail> {
+        let mut asks = tokio::task::JoinSet::new();
+        // Half the budget: the primary still has to be connected to within the rest.
+        let budget = self.timeout / 2;
+        for sentinel in &self.sentinels {
+            let (sentinel, service, config) =
+                (sentinel.clone(), service.to_string(), self.config.clone());
+            asks.spawn(async move {
+                let ask = async {
+                    let mut conn = sentinel
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(&service)
+                        .query_async::<Option<(String, u16)>>(&mut conn)
+                        .await
+                };
+                tokio::time::timeout(budget, ask).await
+            });
+        }
+        let (mut unknown, mut last) = (0, None);
+        while let Some(joined) = asks.join_next().await {
+            match joined {
+                Ok(Ok(Ok(Some(addr)))) => return Ok(addr),
+                Ok(Ok(Ok(None))) => unknown += 1,
+                Ok(Ok(Err(e))) => last = Some(e),
+                Ok(Err(_)) | Err(_) => {}
+            }
+        }
+        let shown = &self.endpoint.shown;
+        if unknown == self.sentinels.len() {
+            return Err(Fail::Refused(format!(
+                "the sentinels of {shown} know no primary named '{service}' (the name in `sentinel monitor <name>`)"
+            )));
+        }
+        match last {
+            // Authentication and ACL refusals are the sentinels' own: say whose.
+            Some(e) if super::errors::refusal(&e, None).is_some() => Err(Fail::Refused(format!(
+                "the sentinels of {shown} refused lockrun: {} (their password: LOCKRUN_SENTINEL_PASSWORD or --sentinel-password-file)",
+                super::errors::refusal(&e, None).unwrap_or_default()
+            ))),
+            Some(e) => Err(Fail::Unavailable(format!(
+                "no sentinel of {shown} named a primary for '{service}': {e}"
+            ))),
+            None => Err(Fail::Unavailable(format!(
+                "no sentinel of {shown} answered within {budget:?}"
+            ))),
+        }
+    }
+}
+
+fn cluster_builder(
+    endpoint: &Endpoint,
+    seeds: &[ConnectionInfo],
+    timeout: Duration,
+) -> ClusterClientBuilder {
+    let mut builder = ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        // Our own bound covers a whole request; redis-rs's default of 16 retries with
+        // backoff would outlast it and hide a dead shard behind a generic timeout.
+        .retries(2);
+    if let Some(certs) = &endpoint.certs {
+        builder = builder.certs(certs.clone());
+    }
+    builder
+}
+
+fn cluster_client(
+    endpoint: &Endpoint,
+    seeds: &[ConnectionInfo],
+    timeout: Duration,
+) -> Result<ClusterClient, String> {
+    cluster_builder(endpoint, seeds, timeout)
+        .build()
+        .map_err(|e| {
+            endpoint.secrets.scrub(&format!(
+                "invalid Redis URL '{}' or TLS files: {e}",
+                endpoint.shown
+            ))
+        })
+}
