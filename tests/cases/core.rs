@@ -512,3 +512,38 @@ fn rediss_urls_speak_tls_and_check_the_certificate() {
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "");
 }
+
+#[test]
+fn tls_insecure_skips_verification_loudly_and_only_on_tls() {
+    let redis = Redis::start_tls();
+    // A trust store without the test CA: refused unless verification is turned off.
+    let untrusted = redis.dir.path().join("server.key");
+    let mut cmd = lockrun(&redis);
+    cmd.env("SSL_CERT_FILE", &untrusted).args([
+        "--tls-insecure",
+        "insecure-key",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+    assert!(
+        stderr_of(&out).contains("WARN --tls-insecure: the server's certificate is not verified"),
+        "{}",
+        stderr_of(&out)
+    );
+    // The environment variable, as a switch.
+    let mut cmd = lockrun(&redis);
+    cmd.env("SSL_CERT_FILE", &untrusted)
+        .env("LOCKRUN_TLS_INSECURE", "yes")
+        .args(["insecure-key", "--", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+    // Without TLS there is nothing to be insecure about: a usage error, not a silent no-op.
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", "redis://127.0.0.1:1", "--tls-insecure", "k", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("--tls-insecure needs a TLS URL"));
+}
