@@ -28,6 +28,26 @@ fn acks_from_live_replicas_let_the_job_run_and_the_key_reaches_them() {
 }
 
 #[test]
+fn acks_cost_no_extra_round_trip() {
+    // The WAIT rides in the same round trip as the script it acknowledges: an uncontended run
+    // is still exactly two (acquire, release), counted at a proxy in front of the master.
+    let set = ReplicaSet::start(1);
+    let master: std::net::SocketAddr = set.master.addr().parse().unwrap();
+    let proxy = crate::support::proxy::Proxy::start(master);
+    for acks in ["0", "1"] {
+        let before = proxy.round_trips();
+        let mut cmd = bare_lockrun();
+        cmd.args(["-r", &proxy.url(), "--acks", acks, "trips", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert_eq!(proxy.round_trips() - before, 2, "--acks {acks}");
+    }
+    // And the WAIT did run: the master counted one per write.
+    let stats = set.master.cli(&["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_wait:calls=2,"), "{stats}");
+}
+
+#[test]
 fn too_few_replicas_means_not_acquired_and_nothing_left_locked() {
     let set = ReplicaSet::start(1);
     for wait in [&[][..], &["--wait", "1500ms"]] {

@@ -72,6 +72,8 @@ struct Shared {
     fault: Mutex<Fault>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     total: AtomicUsize,
+    /// Requests sent after the previous reply (or first) on their connection: round trips.
+    round_trips: AtomicUsize,
     stopping: AtomicBool,
     /// Every connection thread, joined on drop so a test never leaves one behind.
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -86,6 +88,9 @@ struct Conn {
     wake: Condvar,
     /// Threads of this connection still running; the last one out unregisters it.
     live: AtomicUsize,
+    /// Requests have been read since the last reply: more request bytes are the same round
+    /// trip (a pipeline), reply bytes end it.
+    asking: AtomicBool,
 }
 
 /// What travels through a direction's queue: bytes, or `None` for end-of-stream.
@@ -100,6 +105,7 @@ impl Proxy {
             fault: Mutex::new(Fault::None),
             conns: Mutex::new(HashMap::new()),
             total: AtomicUsize::new(0),
+            round_trips: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
         });
@@ -130,6 +136,12 @@ impl Proxy {
 
     pub fn connections_total(&self) -> usize {
         self.shared.total.load(Ordering::SeqCst)
+    }
+
+    /// Round trips so far over all connections: a burst of request bytes followed by replies
+    /// counts once, however many commands it pipelines.
+    pub fn round_trips(&self) -> usize {
+        self.shared.round_trips.load(Ordering::SeqCst)
     }
 
     /// Abruptly closes every proxied connection (both sides): queued bytes are discarded and
@@ -201,6 +213,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, upstream: SocketAdd
             closed: Mutex::new(false),
             wake: Condvar::new(),
             live: AtomicUsize::new(4),
+            asking: AtomicBool::new(false),
         });
         let id = next_id;
         next_id += 1;
@@ -256,6 +269,17 @@ fn read_side(shared: &Shared, conn: &Conn, dir: Dir, mut src: TcpStream, tx: &Se
             // A reset by the peer ends the stream like a close does.
             Err(_) => 0,
         };
+        if n > 0 {
+            // Counted before the bytes are forwarded, so a reply can never precede its
+            // request here.
+            match dir {
+                Dir::Requests if !conn.asking.swap(true, Ordering::SeqCst) => {
+                    shared.round_trips.fetch_add(1, Ordering::SeqCst);
+                }
+                Dir::Requests => {}
+                Dir::Replies => conn.asking.store(false, Ordering::SeqCst),
+            }
+        }
         if conn.is_closed() {
             return;
         }
