@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests plus end-to-end tests of the real binary against real
 # redis-server processes (each test starts its own on a unix socket in a temp dir).
-# Installs redis-server first if it is missing.
+# Installs redis-server first if it is missing (and fetches Valkey).
 # Fault-injection scenarios (tests/cases/faults.rs, `faults_*`): LOCKRUN_FAULTS_SEED=<n> replays a
 # run's random choices, LOCKRUN_FAULTS_SCALE=<x> multiplies the work, LOCKRUN_FAULTS_REPORT=<file>
 # collects the results table, e.g. LOCKRUN_FAULTS_SCALE=10 LOCKRUN_FAULTS_REPORT=f.md bash tests/run.sh faults_
@@ -9,4 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
 source tests/ensure-valkey.sh
-cargo test --locked "$@"
+# The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
+# valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two.
+case "${LOCKRUN_TEST_SERVER:-both}" in
+  both)
+    cargo test --locked "$@"
+    echo ">>> the end-to-end suite again, against Valkey (LOCKRUN_TEST_SERVER=valkey)" >&2
+    LOCKRUN_TEST_SERVER=valkey cargo test --locked --test lockrun "$@" ;;
+  redis|valkey) cargo test --locked "$@" ;;
+  *) echo "LOCKRUN_TEST_SERVER=$LOCKRUN_TEST_SERVER: use redis or valkey" >&2; exit 64 ;;
+esac

@@ -522,7 +522,8 @@ impl LockService for RedisLock {
             )
             .await
             .map_err(Failed::into_error)?;
-        if let Err(e) = acked {
+        if let Err(e @ LockError::Unavailable(_)) = acked {
+            // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
             // The key is deleted on the primary; if a failover loses that, it only lingers
             // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
             tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");

@@ -123,7 +123,7 @@ fn fsync_waits_for_the_append_only_file_or_says_what_is_missing() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "ran\n");
     // Redis 7.0 has no WAITAOF: a clear refusal, nothing left locked.
-    let redis = Redis::start();
+    let redis = Redis::start_redis();
     let mut cmd = lockrun(&redis);
     cmd.args(["--fsync", "old", "echo", "ran"]);
     let out = run(cmd);
