@@ -344,8 +344,14 @@ def contention(redis, tmp):
     print(f"\nlockrun throughput is {b / a:.2f}x flock's in the same run.")
 
 
+def topologies(redis, tmp):
+    sys.path.insert(0, os.path.dirname(__file__))
+    import topo
+    topo.topologies(tmp, BIN, ENV, free_port, hyperfine, ms, pct)
+
+
 def main():
-    parts = sys.argv[1:] or ["overhead", "roundtrips", "memory", "scale", "contention"]
+    parts = sys.argv[1:] or ["overhead", "roundtrips", "memory", "scale", "contention", "topologies"]
     print(f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
           f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
           f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}")
@@ -353,7 +359,7 @@ def main():
     redis = Redis(tmp)
     try:
         for part in parts:
-            globals()[part](redis, tmp) if part in ("overhead", "memory", "contention") else globals()[part](redis)
+            globals()[part](redis, tmp) if part in ("overhead", "memory", "contention", "topologies") else globals()[part](redis)
     finally:
         redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,7 @@
 # against a local throwaway redis-server, and prints Markdown tables (see README "Performance").
 #
 #   bash tests/bench/run.sh            # everything (~5 min)
-#   bash tests/bench/run.sh overhead   # one part: overhead | roundtrips | memory | scale | contention
+#   bash tests/bench/run.sh overhead   # one part: overhead | roundtrips | memory | scale | contention | topologies
 #
 # Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd (Debian packages)
 # and redis-py, python-redis-lock, pottery (into a virtualenv under target/bench-venv).
