@@ -112,6 +112,8 @@ pub struct Connector {
     node: Option<Client>,
     sentinels: Vec<Client>,
     cluster: Option<ClusterClient>,
+    /// Behind Sentinel: the primary the last connection went to.
+    primary: std::sync::Mutex<Option<(String, u16)>>,
 }
 
 impl Connector {
@@ -148,6 +150,7 @@ impl Connector {
             node,
             sentinels,
             cluster,
+            primary: std::sync::Mutex::new(None),
         })
     }
 
@@ -157,6 +160,24 @@ impl Connector {
 
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()
+    }
+
+    /// Behind Sentinel: do the sentinels now name another primary than the one we are
+    /// connected to? A demoted primary answers writes with READONLY, which reconnects anyway;
+    /// this also catches one that is still up and writable on the far side of a partition,
+    /// where renewals would otherwise keep succeeding on a server that no longer counts.
+    /// No answer from the sentinels is "no": the renewal goes ahead where it is.
+    pub async fn primary_moved(&self) -> bool {
+        let Shape::Sentinel { service, .. } = &self.endpoint.shape else {
+            return false;
+        };
+        let Some(current) = self.primary.lock().ok().and_then(|p| p.clone()) else {
+            return false;
+        };
+        match self.ask_sentinels(service).await {
+            Ok(now) => now != current,
+            Err(_) => false,
+        }
     }
 
     /// A new connection for lock requests.
@@ -199,6 +220,9 @@ impl Connector {
             unreachable!("a Cluster has no single data node")
         };
         let (host, port) = self.ask_sentinels(service).await?;
+        if let Ok(mut p) = self.primary.lock() {
+            *p = Some((host.clone(), port));
+        }
         let addr = match node.addr() {
             ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
                 host,

@@ -481,6 +481,12 @@ impl LockService for RedisLock {
     }
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
+        if self.conn.is_some() && self.connector.primary_moved().await {
+            // Reconnect to the primary the sentinels name now: the renewal's token check then
+            // runs there, and a key that the failover lost means the lock is lost.
+            tracing::info!(key = %spec.key, "the sentinels name a new primary; renewing there");
+            self.conn = None;
+        }
         let ttl = spec.ttl.as_millis().to_string();
         let script = if spec.limit.is_some() {
             SEM_RENEW
