@@ -112,7 +112,7 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
             release(&mut lock, &spec, &lease, Duration::ZERO).await;
             return ExitCode::Aborted(sig);
         }
-        let deadline = Deadline::new(&lease, spec.ttl, args.kill_after);
+        let deadline = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), args.kill_after);
         let code = match Job::spawn(&args.command, &env, &opts, Some(deadline.term_at())) {
             Ok(job) => {
                 let guard = Guard {

@@ -169,6 +169,14 @@ pub trait LockService {
     /// Resolves when a hint says it is `holder`'s turn, or after `max`, whichever is first. A
     /// hint is only a hint: the caller always re-checks with `acquire`.
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration);
+    /// How much shorter than the TTL a confirmed lease must be counted, for the rate at which
+    /// the servers' clocks may drift from ours. One server: none (the watchdog's margin
+    /// already covers it); a quorum: Redlock's allowance, so the caller's deadline (see
+    /// `watchdog::Deadline`) never needs to know what sits behind this trait.
+    fn drift(&self, ttl: Duration) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
 }
 
 #[cfg(test)]
