@@ -157,19 +157,32 @@ impl Redlock {
         }
     }
 
-    /// Token-checked release of `holder`'s value on every node; each answer is ignored (a node
-    /// that does not have it answers "not owner", one that is down keeps it until its TTL).
-    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
+    /// Token-checked release of `holder`'s value on every node that may have it: all but
+    /// those that answered "held by someone else" (`held`, by node), which set nothing of ours.
+    /// Answers are ignored: a node without our value says "not owner", one that is down keeps
+    /// it until its TTL.
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder, held: &[bool]) {
         let now = Instant::now();
-        let lease = Lease {
+        let lease = &Lease {
             key: spec.key.clone(),
             holder: holder.clone(),
             fence: 0,
             sent_at: now,
             confirmed_at: now,
         };
-        let lease = &lease;
-        all!(self, n => n.release(spec, lease, Duration::ZERO));
+        let limit = self.node_timeout;
+        let releases = self
+            .nodes
+            .iter_mut()
+            .zip(held)
+            .filter(|(_, held)| !**held)
+            .map(|(node, _)| async move {
+                let release = node.release(spec, lease, Duration::ZERO);
+                if tokio::time::timeout(limit, release).await.is_err() {
+                    node.disconnect();
+                }
+            });
+        join_all(releases).await;
     }
 
     fn no_majority(&self, what: &str, got: usize, failure: Option<&LockError>) -> String {
@@ -196,6 +209,11 @@ impl LockService for Redlock {
         // Nodes never queue: a place in one node's queue would block others' majorities.
         let replies = all!(self, n => n.acquire(spec, holder, false));
         let confirmed_at = Instant::now();
+        // Which nodes answered that someone else holds it: nothing of ours to give back there.
+        let held_by_other: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Ok(Acquire::Held { .. })))
+            .collect();
         let mut t = Self::tally(replies);
         let mut fences = Vec::new();
         let mut held = None;
@@ -230,7 +248,7 @@ impl LockService for Redlock {
                 }));
             }
         }
-        self.give_back(spec, holder).await;
+        self.give_back(spec, holder, &held_by_other).await;
         if let Some(e) = misuse {
             return Err(e);
         }

@@ -416,3 +416,21 @@ fn a_misused_key_on_any_node_is_a_usage_error() {
     assert_eq!(stdout_of(&out), "");
     assert!(!nodes[0].exists("l") && !nodes[2].exists("l"));
 }
+
+#[test]
+fn a_conflict_costs_one_request_per_node() {
+    // The crontab case: the lock is held, every node says so. Nothing of ours was set
+    // anywhere, so there is nothing to give back (compare one server: 1 EVAL).
+    let nodes = masters(3);
+    for r in &nodes {
+        r.cmd::<()>(&["SET", "c", "someone else", "PX", "60000"]);
+    }
+    let before: Vec<u64> = nodes.iter().map(|r| r.command_calls("eval")).collect();
+    let mut cmd = redlock(&nodes);
+    cmd.args(["c", "--", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    let after: Vec<u64> = nodes.iter().map(|r| r.command_calls("eval")).collect();
+    let spent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(spent, [1, 1, 1]);
+}
