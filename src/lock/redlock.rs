@@ -152,7 +152,7 @@ impl Redlock {
     fn warn_once(&mut self, failed: &[(usize, LockError)]) {
         for (i, e) in failed {
             if !std::mem::replace(&mut self.warned[*i], true) {
-                tracing::warn!(error = %e, "a Redis node failed; the lock holds on the majority");
+                tracing::warn!(error = %e, "a Redis master failed; the lock holds on the majority");
             }
         }
     }
