@@ -262,7 +262,15 @@ impl LockService for Redlock {
                 Human(self.drift(spec.ttl))
             )));
         }
-        if let Some((holder, pttl)) = held {
+        let refused = t
+            .failed
+            .iter()
+            .any(|(_, e)| matches!(e, LockError::Refused(_)));
+        let others = held_by_other.iter().filter(|h| **h).count();
+        // A conflict only when it is one for sure, or when no refusal could have made the
+        // difference: a refusal is a configuration mistake, and hiding it behind "held
+        // elsewhere" (silent with -q -E 0) would leave that master broken unnoticed.
+        if let Some((holder, pttl)) = held.filter(|_| !refused || others >= self.quorum()) {
             self.warn_once(&t.failed);
             self.outage = false;
             return Ok(Acquire::Held {
