@@ -465,3 +465,29 @@ fn a_refusal_that_costs_the_majority_is_reported_not_hidden_as_a_conflict() {
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
 }
+
+#[test]
+fn with_one_server_node_timeout_is_the_request_timeout() {
+    // A paused server: by default lockrun gives up after TTL/3 (1 s for 3 s) per request;
+    // --node-timeout 100ms replaces that bound.
+    let redis = Redis::start();
+    let _paused = Paused::new(&redis);
+    let mut cmd = lockrun(&redis);
+    cmd.args([
+        "-t",
+        "3s",
+        "--node-timeout",
+        "100ms",
+        "o",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let start = Instant::now();
+    let out = run(cmd);
+    let took = start.elapsed();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    // Connect + acquire + the cleanup release, 100 ms each, far below the default's seconds.
+    assert!(took < Duration::from_millis(900), "{took:?}: {err}");
+}
