@@ -4,7 +4,9 @@
 use crate::cli::{Args, OnLost};
 use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
+use crate::lock::backend::Backend;
 use crate::lock::redis::{Access, RedisLock};
+use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Release,
@@ -22,20 +24,52 @@ pub fn request_timeout(ttl: Duration) -> Duration {
     (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(3))
 }
 
+/// Bound on each master's reply under Redlock: a tenth of the TTL (10 ms..1 s), so that one
+/// dead master costs little of the lease while the others answer.
+pub fn node_timeout(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// The lock to run on: one server for one URL, Redlock over 3 or more. Every error is a usage
+/// error (bad URL, 2 URLs, --limit with several, a --node-timeout that does not fit the TTL).
+fn backend(args: &Args) -> Result<Backend, String> {
+    let urls = args.redis_urls()?;
+    let timeout = match args.node_timeout {
+        // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
+        Some(t) if t.is_zero() || t >= args.ttl / 3 => {
+            return Err(format!(
+                "--node-timeout {} must be more than 0 and below TTL/3 ({})",
+                Human(t),
+                Human(args.ttl / 3)
+            ))
+        }
+        Some(t) => t,
+        None if urls.len() == 1 => request_timeout(args.ttl),
+        None => node_timeout(args.ttl),
+    };
+    let access = access(args)?;
+    if access.insecure {
+        warn!("--tls-insecure: the server's certificate is not verified; anyone on the network path can impersonate it");
+    }
+    let mut nodes = urls
+        .iter()
+        .map(|url| {
+            RedisLock::new(url, &access, timeout).map(|l| l.with_acks(args.acks, args.fsync))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(match nodes.len() {
+        1 => Backend::One(nodes.remove(0)),
+        _ => Backend::Quorum(Redlock::new(nodes, timeout)),
+    })
+}
+
 pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
     let spec = LockSpec {
         key: args.key.clone(),
         ttl: args.ttl,
         limit: args.limit,
     };
-    let lock = access(&args).and_then(|access| {
-        if access.insecure {
-            warn!("--tls-insecure: the server's certificate is not verified; anyone on the network path can impersonate it");
-        }
-        RedisLock::new(&args.redis, &access, request_timeout(args.ttl))
-            .map(|l| l.with_acks(args.acks, args.fsync))
-    });
-    let mut lock = match lock {
+    let mut lock = match backend(&args) {
         Ok(lock) => lock,
         Err(msg) => {
             error!("{msg}");
@@ -105,7 +139,7 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
             release(&mut lock, &spec, &lease, Duration::ZERO).await;
             return ExitCode::Aborted(sig);
         }
-        let deadline = Deadline::new(&lease, spec.ttl, args.kill_after);
+        let deadline = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), args.kill_after);
         let code = match Job::spawn(&args.command, &env, &opts, Some(deadline.term_at())) {
             Ok(job) => {
                 let guard = Guard {
@@ -245,7 +279,8 @@ async fn acquire<L: LockService>(
                     // Next in line: never sleep past the holder's lease end (plus a little
                     // jitter), so a holder that died without releasing is noticed then.
                     if let Some(p) = pttl {
-                        sleep = sleep.min(p + jitter(Duration::from_millis(5) + p / 100));
+                        sleep =
+                            sleep.min(p + crate::lock::jitter(Duration::from_millis(5) + p / 100));
                     }
                 }
                 debug!(rank, sleep = %Human(sleep), "waiting for the lock");
@@ -304,17 +339,6 @@ fn phantom_lease(spec: &LockSpec, holder: &Holder) -> Lease {
         sent_at: now,
         confirmed_at: now,
     }
-}
-
-/// Up to `max` of randomness, from the clock's low bits: good enough to spread waiters apart.
-fn jitter(max: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0)
-        ^ std::process::id().wrapping_mul(2_654_435_761);
-    let max = max.as_micros().max(1) as u64;
-    Duration::from_micros(u64::from(nanos) % max)
 }
 
 /// Token-checked release; a failure is logged, not fatal: the TTL frees the key.

@@ -39,16 +39,24 @@ pub struct Args {
     /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P],
     /// redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel),
     /// redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS).
-    /// Passwords are never printed
+    /// Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over
+    /// that many independent masters, the lock held on a majority
     #[arg(
         short,
         long,
         env = "LOCKRUN_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
         value_name = "URL",
-        hide_env_values = true
+        hide_env_values = true,
+        action = clap::ArgAction::Append
     )]
-    pub redis: String,
+    pub redis: Vec<String>,
+
+    /// Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10
+    /// within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)
+    #[arg(long, env = "LOCKRUN_NODE_TIMEOUT", value_name = "DURATION",
+          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
+    pub node_timeout: Option<Duration>,
 
     /// ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL,
     /// LOCKRUN_REDIS_PASSWORD or --redis-password-file)
@@ -183,6 +191,54 @@ pub struct Args {
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true,
           allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
+}
+
+impl Args {
+    /// The Redis URLs: every `--redis` (or `LOCKRUN_REDIS_URL`), each split by [`split_urls`].
+    /// One is a single server; 3 or more are Redlock masters; 2 is refused, since a majority
+    /// of 2 is both, so either one failing would stop every lockrun. Semaphores need one server.
+    pub fn redis_urls(&self) -> Result<Vec<String>, String> {
+        let urls: Vec<String> = self.redis.iter().flat_map(|u| split_urls(u)).collect();
+        match urls.len() {
+            2 => Err(
+                "2 Redis URLs given: Redlock needs a majority that survives a failed node, \
+                      so give 3 or more independent masters (or 1)"
+                    .into(),
+            ),
+            n if n > 2 && self.limit.is_some() => Err(format!(
+                "--limit cannot be used with {n} Redis masters: a majority per holder does not \
+                 bound the number of holders (with 3 masters and --limit 2, three holders can \
+                 each hold 2 of the 3)"
+            )),
+            _ => Ok(urls),
+        }
+    }
+}
+
+/// Splits a list of URLs at each comma that is immediately followed by a URL scheme
+/// (`[a-z][a-z0-9+]*://`). Only there: a Sentinel or Cluster URL has commas of its own in its
+/// host list (`redis+sentinel://h1:26379,h2:26379/name`) and stays one URL.
+pub fn split_urls(list: &str) -> Vec<String> {
+    let starts_with_scheme = |s: &str| {
+        let Some(colon) = s.find("://") else {
+            return false;
+        };
+        let scheme = &s.as_bytes()[..colon];
+        scheme.first().is_some_and(u8::is_ascii_lowercase)
+            && scheme
+                .iter()
+                .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+')
+    };
+    let mut urls = Vec::new();
+    let mut start = 0;
+    for (i, _) in list.match_indices(',') {
+        if starts_with_scheme(&list[i + 1..]) {
+            urls.push(list[start..i].to_string());
+            start = i + 1;
+        }
+    }
+    urls.push(list[start..].to_string());
+    urls
 }
 
 fn parse_ttl(s: &str) -> Result<Duration, String> {
@@ -391,6 +447,57 @@ mod tests {
         ] {
             assert_eq!(parse(args).err(), Some(ExitCode::Usage), "{args:?}");
         }
+    }
+
+    #[test]
+    fn url_lists_split_only_before_a_scheme() {
+        assert_eq!(split_urls("redis://a"), ["redis://a"]);
+        assert_eq!(
+            split_urls("redis://a:1,rediss://b,unix:///s.sock,redis+unix:///t?db=1"),
+            [
+                "redis://a:1",
+                "rediss://b",
+                "unix:///s.sock",
+                "redis+unix:///t?db=1"
+            ]
+        );
+        // Host lists of Sentinel and Cluster URLs keep their commas.
+        assert_eq!(
+            split_urls("redis+sentinel://h1:26379,h2:26379/name,redis://c"),
+            ["redis+sentinel://h1:26379,h2:26379/name", "redis://c"]
+        );
+        assert_eq!(
+            split_urls("redis+cluster://h1:7000,h2:7001"),
+            ["redis+cluster://h1:7000,h2:7001"]
+        );
+        // A comma in a password, or before something that is no scheme, does not split.
+        assert_eq!(
+            split_urls("redis://:p,w@a,redis://b"),
+            ["redis://:p,w@a", "redis://b"]
+        );
+        assert_eq!(split_urls("redis://a,Redis://b"), ["redis://a,Redis://b"]);
+        assert_eq!(split_urls("redis://a,1x://b"), ["redis://a,1x://b"]);
+    }
+
+    #[test]
+    fn one_two_or_several_masters() {
+        let urls = |args: &[&str]| parse(args).unwrap().redis_urls();
+        assert_eq!(
+            urls(&["-r", "redis://a", "-r", "redis://b,redis://c", "k", "true"]).unwrap(),
+            ["redis://a", "redis://b", "redis://c"]
+        );
+        assert!(urls(&["-r", "redis://a,redis://b", "k", "true"]).is_err());
+        assert!(urls(&["-r", "redis://a", "-r", "redis://b", "k", "true"]).is_err());
+        let limited = [
+            "-r",
+            "redis://a,redis://b,redis://c",
+            "-l",
+            "2",
+            "k",
+            "true",
+        ];
+        assert!(urls(&limited).unwrap_err().contains("--limit"));
+        assert!(urls(&["-r", "redis://a", "-l", "2", "k", "true"]).is_ok());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Keeps the lease alive while the job runs, and says when the job must be stopped.
 //!
 //! Every TTL/3 a token-checked renewal is sent. Its answer is one of three:
-//! renewed (the local deadline moves to *send time* + TTL), not owner (lost, now), or unknown
+//! renewed (the local deadline moves to *send time* + TTL − drift), not owner (lost, now), or unknown
 //! (timeout, broken connection, server error): then it reconnects and retries with the same
 //! token until the local deadline, which is measured on the monotonic clock from when the last
 //! successful renewal was *sent*: the server cannot have started that lease any earlier, so the
@@ -37,14 +37,22 @@ pub fn loss_grace(ttl: Duration, kill_after: Duration) -> Duration {
 /// renewal) and the supervisor (which stops the job ahead of it). Single-threaded: a `Cell`.
 pub struct Deadline {
     at: Cell<Instant>,
+    /// How long a confirmed acquire or renewal keeps the lease alive, counted from when it was
+    /// sent: the TTL less the backend's clock drift allowance ([`LockService::drift`]: zero for
+    /// one server, more for a quorum whose nodes' clocks each run at their own rate).
+    span: Duration,
     grace: Duration,
     margin: Duration,
 }
 
 impl Deadline {
-    pub fn new(lease: &Lease, ttl: Duration, kill_after: Duration) -> Deadline {
+    /// `drift`: what the backend allows for clock drift ([`LockService::drift`]); the span of a
+    /// lease is `ttl − drift`. The grace and margin stay functions of the TTL.
+    pub fn new(lease: &Lease, ttl: Duration, drift: Duration, kill_after: Duration) -> Deadline {
+        let span = ttl.saturating_sub(drift);
         Deadline {
-            at: Cell::new(lease.sent_at + ttl),
+            at: Cell::new(lease.sent_at + span),
+            span,
             grace: loss_grace(ttl, kill_after),
             margin: margin(ttl),
         }
@@ -102,7 +110,7 @@ pub async fn run<L: LockService>(
         match timeout(deadline.get() - sent, lock.renew(spec, lease)).await {
             Ok(Ok(Renew::Renewed)) => {
                 debug!(key = %spec.key, ttl = %Human(spec.ttl), "redis lock renewed");
-                deadline.at.set(sent + spec.ttl);
+                deadline.at.set(sent + deadline.span);
                 next = sent + interval;
             }
             Ok(Ok(Renew::NotOwner)) => return Lost::NotOwner,
@@ -145,9 +153,103 @@ mod tests {
             sent_at: now,
             confirmed_at: now,
         };
-        let d = Deadline::new(&lease, ms(900), ms(10_000));
+        let d = Deadline::new(&lease, ms(900), Duration::ZERO, ms(10_000));
         assert_eq!(d.get(), now + ms(900));
         assert_eq!(d.kill_at(), now + ms(855));
         assert_eq!(d.term_at(), now + ms(555));
+        // A quorum's drift allowance (TTL/100 + 2 ms) shortens the span, not grace or margin.
+        let d = Deadline::new(&lease, ms(900), ms(11), ms(10_000));
+        assert_eq!(d.get(), now + ms(889));
+        assert_eq!(d.kill_at(), now + ms(844));
+        assert_eq!(d.term_at(), now + ms(544));
+    }
+
+    /// A lock whose every renewal is confirmed at once, with a drift allowance; it notes when
+    /// the last renewal reached it (just after the watchdog took its send time).
+    struct Drifting(Cell<Option<Instant>>);
+
+    impl LockService for Drifting {
+        async fn subscribe_wakeups(&mut self, _: &LockSpec) -> Result<(), crate::lock::LockError> {
+            Ok(())
+        }
+        async fn acquire(
+            &mut self,
+            _: &LockSpec,
+            _: &crate::lock::Holder,
+            _: bool,
+        ) -> Result<crate::lock::Acquire, crate::lock::LockError> {
+            unreachable!()
+        }
+        async fn renew(
+            &mut self,
+            _: &LockSpec,
+            _: &Lease,
+        ) -> Result<Renew, crate::lock::LockError> {
+            self.0.set(Some(Instant::now()));
+            Ok(Renew::Renewed)
+        }
+        async fn release(
+            &mut self,
+            _: &LockSpec,
+            _: &Lease,
+            _: Duration,
+        ) -> Result<crate::lock::Release, crate::lock::LockError> {
+            unreachable!()
+        }
+        async fn is_held_by(
+            &mut self,
+            _: &LockSpec,
+            _: &str,
+        ) -> Result<bool, crate::lock::LockError> {
+            unreachable!()
+        }
+        async fn leave_queue(
+            &mut self,
+            _: &LockSpec,
+            _: &crate::lock::Holder,
+        ) -> Result<(), crate::lock::LockError> {
+            Ok(())
+        }
+        async fn wait_for_turn(&mut self, _: &crate::lock::Holder, _: Duration) {}
+        fn drift(&self, ttl: Duration) -> Duration {
+            ttl / 10
+        }
+    }
+
+    #[test]
+    fn a_confirmed_renewal_moves_the_deadline_to_send_time_plus_the_span() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ms = Duration::from_millis;
+            let now = Instant::now();
+            let lease = Lease {
+                key: "k".into(),
+                holder: crate::lock::Holder {
+                    token: "t".into(),
+                    id: "i".into(),
+                    value: "i".into(),
+                },
+                fence: 1,
+                sent_at: now,
+                confirmed_at: now,
+            };
+            let spec = LockSpec {
+                key: "k".into(),
+                ttl: ms(900),
+                limit: None,
+            };
+            let mut lock = Drifting(Cell::new(None));
+            let d = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), ms(10_000));
+            assert_eq!(d.get(), now + ms(810));
+            // The first renewal goes out at TTL/3: the deadline becomes its send time + 810 ms
+            // (TTL − drift), not + 900 ms. The send time is a moment before the mock saw it.
+            let _ = timeout(ms(450), run(&mut lock, &spec, &lease, &d)).await;
+            let seen = lock.0.get().expect("a renewal was sent");
+            assert!(d.get() <= seen + ms(810), "{:?}", d.get() - seen);
+            assert!(d.get() + ms(20) > seen + ms(810), "{:?}", seen - d.get());
+        });
     }
 }

@@ -1,19 +1,33 @@
 //! The lock protocol behind one seam.
 //!
 //! Everything the supervisor needs from "a lock" is the [`LockService`] trait: acquire, renew,
-//! release, ask whether a token still holds a key, and wait for a release hint. Today one Redis
-//! server implements it ([`redis::RedisLock`]); a Redlock quorum, Sentinel or Cluster backend
-//! implements the same trait and the supervisor, watchdog and waiting loop do not change.
+//! release, ask whether a token still holds a key, and wait for a release hint. One Redis
+//! server implements it ([`redis::RedisLock`]), and so does a Redlock quorum of several masters
+//! built from those ([`redlock::Redlock`]); [`backend::Backend`] is whichever was asked for.
+//! The supervisor, watchdog and waiting loop do not know which.
 
+pub mod backend;
 pub mod connect;
 pub mod endpoint;
 pub mod errors;
 pub mod redis;
+pub mod redlock;
 pub mod url;
 
 use std::fmt;
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// Up to `max` of randomness, from the clock's low bits: good enough to spread waiters apart.
+pub fn jitter(max: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    let max = max.as_micros().max(1) as u64;
+    Duration::from_micros(u64::from(nanos) % max)
+}
 
 /// What to ask for: a key, a lease length, and how many holders may share it.
 #[derive(Clone, Debug)]
@@ -171,6 +185,14 @@ pub trait LockService {
     /// Resolves when a hint says it is `holder`'s turn, or after `max`, whichever is first. A
     /// hint is only a hint: the caller always re-checks with `acquire`.
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration);
+    /// How much shorter than the TTL a confirmed lease must be counted, for the rate at which
+    /// the servers' clocks may drift from ours. One server: none (the watchdog's margin
+    /// already covers it); a quorum: Redlock's allowance, so the caller's deadline (see
+    /// `watchdog::Deadline`) never needs to know what sits behind this trait.
+    fn drift(&self, ttl: Duration) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
 }
 
 #[cfg(test)]

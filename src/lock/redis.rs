@@ -87,6 +87,12 @@ impl RedisLock {
         &self.shown
     }
 
+    /// Forgets the connection, so the next request opens a new one: for a caller whose own
+    /// timeout cut a request short, leaving this socket possibly half-dead (see `redlock.rs`).
+    pub fn disconnect(&mut self) {
+        self.conn = None;
+    }
+
     /// How many replicas must acknowledge each acquire and renewal (`--acks`).
     pub fn with_acks(mut self, acks: u32, fsync: bool) -> RedisLock {
         self.acks = acks;

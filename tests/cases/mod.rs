@@ -4,6 +4,7 @@ mod faults;
 mod faults_net;
 mod hardening;
 mod holder_id;
+mod redlock;
 mod refusals;
 mod replication;
 mod safety;

@@ -1,0 +1,372 @@
+//! Redlock: one lock over N ≥ 3 independent Redis masters, held while a majority has it.
+//!
+//! Each master runs the single-server protocol unchanged ([`RedisLock`], one EVAL per
+//! operation); this file only asks all of them at once and counts. The rules (Redis's Redlock
+//! algorithm, with lockrun's renewals and fences on top):
+//!
+//! - **Acquire**: every node at once, each bounded by the node timeout. The lock holds only
+//!   with a majority (N/2+1) *and* time left: validity = TTL − elapsed − drift > 0, where
+//!   elapsed runs from before the first request to after the last reply (monotonic clock) and
+//!   drift = TTL/100 + 2 ms allows for the nodes' clocks running at other rates than ours. The
+//!   lease's local deadline is then send time + TTL − drift ([`LockService::drift`]).
+//! - **Failure** gives back what was taken on *every* node, also those whose reply was lost: a
+//!   request that timed out may still have set the key.
+//! - **Renew**: confirmed by a majority, or lost once a majority has become impossible.
+//! - **No queue**: a fair queue would need a majority of its own; waiters retry after a jittered
+//!   delay instead (no FIFO order under Redlock).
+
+use super::redis::RedisLock;
+use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
+use crate::duration::Human;
+use futures_util::future::join_all;
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A waiter's retry delay while the lock is held elsewhere: random within [RETRY/2, RETRY],
+/// so contenders that failed together do not retry together and split the votes again.
+const RETRY: Duration = Duration::from_millis(200);
+
+pub struct Redlock {
+    nodes: Vec<RedisLock>,
+    /// Bound on each node's reply; well below TTL/3, so a dead node costs little of the lease.
+    node_timeout: Duration,
+    /// Nodes already named in a warning while the majority carried on: each is named once.
+    warned: Vec<bool>,
+    /// The last attempt found no majority because nodes failed, not because of a holder: then
+    /// the waiting loop's next try waits the caller's full pace, not the short retry delay.
+    outage: bool,
+}
+
+/// How the nodes answered one request.
+struct Tally<T> {
+    ok: Vec<T>,
+    /// Failures, by node index: unknown outcomes, refusals, misuse.
+    failed: Vec<(usize, LockError)>,
+}
+
+impl<T> Tally<T> {
+    fn first_misuse(&mut self) -> Option<LockError> {
+        let i = self
+            .failed
+            .iter()
+            .position(|(_, e)| matches!(e, LockError::Misuse(_)))?;
+        Some(self.failed.swap_remove(i).1)
+    }
+
+    /// The failure to report when the majority was not reached: a refusal first (it says what
+    /// to fix and must not be retried), else the first unknown outcome.
+    fn worst(&self) -> Option<&LockError> {
+        self.failed
+            .iter()
+            .map(|(_, e)| e)
+            .find(|e| matches!(e, LockError::Refused(_)))
+            .or_else(|| self.failed.first().map(|(_, e)| e))
+    }
+}
+
+/// Runs `op` on every node at once, each bounded by `limit`; `None`: no reply in time.
+async fn on_all<'a, T, Fut>(
+    nodes: &'a mut [RedisLock],
+    limit: Duration,
+    op: impl FnMut(&'a mut RedisLock) -> Fut,
+) -> Vec<Option<Result<T, LockError>>>
+where
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let bounded = nodes
+        .iter_mut()
+        .map(op)
+        .map(|f| tokio::time::timeout(limit, f));
+    join_all(bounded)
+        .await
+        .into_iter()
+        .map(Result::ok)
+        .collect()
+}
+
+/// `all!(self, n => n.renew(…))`: the request on every node at once, settled ([`Redlock::settle`]).
+macro_rules! all {
+    ($self:ident, $n:ident => $e:expr) => {{
+        let replies = on_all(&mut $self.nodes, $self.node_timeout, |$n| $e).await;
+        $self.settle(replies)
+    }};
+}
+
+impl Redlock {
+    /// `nodes`: 3 or more independent masters (`cli` refuses 2: no majority survives a failure).
+    pub fn new(nodes: Vec<RedisLock>, node_timeout: Duration) -> Redlock {
+        assert!(nodes.len() >= 3, "Redlock needs at least 3 nodes");
+        let warned = vec![false; nodes.len()];
+        Redlock {
+            nodes,
+            node_timeout,
+            warned,
+            outage: false,
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Counts a node whose reply did not come within the node timeout ([`on_all`]) as
+    /// unavailable, and disconnects it: its socket may be half-dead.
+    fn settle<T>(
+        &mut self,
+        replies: Vec<Option<Result<T, LockError>>>,
+    ) -> Vec<Result<T, LockError>> {
+        let limit = self.node_timeout;
+        replies
+            .into_iter()
+            .zip(self.nodes.iter_mut())
+            .map(|(reply, node)| {
+                reply.unwrap_or_else(|| {
+                    node.disconnect();
+                    Err(LockError::Unavailable(format!(
+                        "Redis at {} unavailable: no reply within {} (--node-timeout)",
+                        node.shown(),
+                        Human(limit)
+                    )))
+                })
+            })
+            .collect()
+    }
+
+    fn tally<T>(replies: Vec<Result<T, LockError>>) -> Tally<T> {
+        let mut t = Tally {
+            ok: Vec::new(),
+            failed: Vec::new(),
+        };
+        for (i, r) in replies.into_iter().enumerate() {
+            match r {
+                Ok(v) => t.ok.push(v),
+                Err(e) => t.failed.push((i, e)),
+            }
+        }
+        t
+    }
+
+    /// While a majority carries on, a failing node is named once, not on every renewal: a
+    /// refusal (wrong password, ACL) needs fixing even though the lock works without it.
+    fn warn_once(&mut self, failed: &[(usize, LockError)]) {
+        for (i, e) in failed {
+            if !std::mem::replace(&mut self.warned[*i], true) {
+                tracing::warn!(error = %e, "a Redis master failed; the lock holds on the majority");
+            }
+        }
+    }
+
+    /// Token-checked release of `holder`'s value on every node that may have it: all but
+    /// those that answered "held by someone else" (`held`, by node), which set nothing of ours.
+    /// Answers are ignored: a node without our value says "not owner", one that is down keeps
+    /// it until its TTL.
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder, held: &[bool]) {
+        let now = Instant::now();
+        let lease = &Lease {
+            key: spec.key.clone(),
+            holder: holder.clone(),
+            fence: 0,
+            sent_at: now,
+            confirmed_at: now,
+        };
+        let limit = self.node_timeout;
+        let releases = self
+            .nodes
+            .iter_mut()
+            .zip(held)
+            .filter(|(_, held)| !**held)
+            .map(|(node, _)| async move {
+                let release = node.release(spec, lease, Duration::ZERO);
+                if tokio::time::timeout(limit, release).await.is_err() {
+                    node.disconnect();
+                }
+            });
+        join_all(releases).await;
+    }
+
+    fn no_majority(&self, what: &str, got: usize, failure: Option<&LockError>) -> String {
+        let n = self.nodes.len();
+        let q = self.quorum();
+        let why = failure.map_or(String::new(), |e| format!(": {e}"));
+        format!("no majority of the {n} Redis masters {what} ({got} did, {q} needed){why}")
+    }
+}
+
+impl LockService for Redlock {
+    /// No wake-up hints: a hint from one node means nothing for the majority.
+    async fn subscribe_wakeups(&mut self, _: &LockSpec) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    async fn acquire(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        _queue: bool,
+    ) -> Result<Acquire, LockError> {
+        let sent_at = Instant::now();
+        // Nodes never queue: a place in one node's queue would block others' majorities.
+        let replies = all!(self, n => n.acquire(spec, holder, false));
+        let confirmed_at = Instant::now();
+        // Which nodes answered that someone else holds it: nothing of ours to give back there.
+        let held_by_other: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Ok(Acquire::Held { .. })))
+            .collect();
+        let mut t = Self::tally(replies);
+        let mut fences = Vec::new();
+        let mut held = None;
+        for a in t.ok.drain(..) {
+            match a {
+                Acquire::Acquired(lease) => fences.push(lease.fence),
+                Acquire::Held { holder, pttl, .. } => {
+                    held.get_or_insert((holder, pttl));
+                }
+            }
+        }
+        let elapsed = confirmed_at - sent_at;
+        let validity = spec
+            .ttl
+            .checked_sub(elapsed)
+            .and_then(|v| v.checked_sub(self.drift(spec.ttl)))
+            .filter(|v| !v.is_zero());
+        let misuse = t.first_misuse();
+        if let (None, Some(&fence), Some(_)) = (&misuse, fences.iter().max(), validity) {
+            if fences.len() >= self.quorum() {
+                self.warn_once(&t.failed);
+                self.outage = false;
+                return Ok(Acquire::Acquired(Lease {
+                    key: spec.key.clone(),
+                    holder: holder.clone(),
+                    // Any two majorities share a node, whose counter grew between their
+                    // holders: the maximum is above every fence an earlier majority handed out
+                    // on that node (README: Several masters).
+                    fence,
+                    sent_at,
+                    confirmed_at,
+                }));
+            }
+        }
+        self.give_back(spec, holder, &held_by_other).await;
+        if let Some(e) = misuse {
+            return Err(e);
+        }
+        let granted = fences.len();
+        if granted >= self.quorum() {
+            self.outage = true;
+            return Err(LockError::Unavailable(format!(
+                "the Redis masters took {} to grant the lock, too long for its TTL of {} (drift allowance {}); given back",
+                Human(elapsed),
+                Human(spec.ttl),
+                Human(self.drift(spec.ttl))
+            )));
+        }
+        let refused = t
+            .failed
+            .iter()
+            .any(|(_, e)| matches!(e, LockError::Refused(_)));
+        let others = held_by_other.iter().filter(|h| **h).count();
+        // A conflict only when it is one for sure, or when no refusal could have made the
+        // difference: a refusal is a configuration mistake, and hiding it behind "held
+        // elsewhere" (silent with -q -E 0) would leave that master broken unnoticed.
+        if let Some((holder, pttl)) = held.filter(|_| !refused || others >= self.quorum()) {
+            self.warn_once(&t.failed);
+            self.outage = false;
+            return Ok(Acquire::Held {
+                holder,
+                pttl,
+                rank: None,
+            });
+        }
+        self.outage = true;
+        let msg = self.no_majority("granted the lock", granted, t.worst());
+        Err(match t.worst() {
+            Some(LockError::Refused(_)) => LockError::Refused(msg),
+            _ => LockError::Unavailable(msg),
+        })
+    }
+
+    async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
+        let replies = all!(self, n => n.renew(spec, lease));
+        let t = Self::tally(replies);
+        let renewed = t.ok.iter().filter(|r| **r == Renew::Renewed).count();
+        let not_owner = t.ok.len() - renewed;
+        if renewed >= self.quorum() {
+            self.warn_once(&t.failed);
+            return Ok(Renew::Renewed);
+        }
+        // More "not owner" answers than nodes that may fail: no majority can have it any more.
+        if not_owner > self.nodes.len() - self.quorum() {
+            return Ok(Renew::NotOwner);
+        }
+        Err(LockError::Unavailable(self.no_majority(
+            "confirmed the renewal",
+            renewed,
+            t.worst(),
+        )))
+    }
+
+    async fn release(
+        &mut self,
+        spec: &LockSpec,
+        lease: &Lease,
+        keep_for: Duration,
+    ) -> Result<Release, LockError> {
+        let replies = all!(self, n => n.release(spec, lease, keep_for));
+        let t = Self::tally(replies);
+        // Any node that deleted (or kept) our value proves we held it; the rest expire by TTL.
+        if let Some(kept) = t.ok.iter().find(|r| matches!(r, Release::Kept(_))) {
+            return Ok(match kept {
+                Release::Kept(d) => Release::Kept(*d),
+                _ => unreachable!(),
+            });
+        }
+        if t.ok.contains(&Release::Deleted) {
+            return Ok(Release::Deleted);
+        }
+        match t.worst() {
+            None => Ok(Release::NotOwner),
+            Some(_) => Err(LockError::Unavailable(self.no_majority(
+                "released the lock",
+                0,
+                t.worst(),
+            ))),
+        }
+    }
+
+    /// Reentrancy is granted only as the lock is: when a majority says the token holds it.
+    async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
+        let replies = all!(self, n => n.is_held_by(spec, token));
+        let t = Self::tally(replies);
+        let yes = t.ok.iter().filter(|h| **h).count();
+        let no = t.ok.len() - yes;
+        if yes >= self.quorum() {
+            return Ok(true);
+        }
+        if no > self.nodes.len() - self.quorum() {
+            return Ok(false);
+        }
+        Err(LockError::Unavailable(self.no_majority(
+            "answered whether this job holds the lock",
+            yes,
+            t.worst(),
+        )))
+    }
+
+    async fn leave_queue(&mut self, _: &LockSpec, _: &Holder) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    /// No hints to wait for: sleep a random delay, short while someone holds the lock, the
+    /// caller's whole pace (`max`) while nodes are failing.
+    async fn wait_for_turn(&mut self, _: &Holder, max: Duration) {
+        let cap = if self.outage { max } else { max.min(RETRY) };
+        tokio::time::sleep(cap / 2 + super::jitter(cap / 2)).await;
+    }
+
+    /// Redlock's clock drift allowance: 1 % of the TTL plus 2 ms.
+    fn drift(&self, ttl: Duration) -> Duration {
+        ttl / 100 + Duration::from_millis(2)
+    }
+}
