@@ -1,7 +1,7 @@
 //! One run of lockrun: take the lock (waiting if asked), run the job under the watchdog,
 //! release, and report how it ended.
 
-use crate::cli::{Args, OnLost};
+use crate::cli::{Args, Connection, OnLost};
 use crate::duration::{Human, Wait};
 use crate::exit_codes::ExitCode;
 use crate::lock::backend::Backend;
@@ -9,11 +9,14 @@ use crate::lock::redis::{Access, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::{
-    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Release,
+    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome,
+    Release,
 };
+use crate::metrics::RunRecord;
 use crate::signals::{self, Signals};
 use crate::supervisor::{self, Guard, Job, SpawnError};
 use crate::watchdog::{self, Deadline, Lost};
+use std::cell::Cell;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -34,7 +37,7 @@ pub fn node_timeout(ttl: Duration) -> Duration {
 /// error (bad URL, 2 URLs, --limit with several, a --node-timeout that does not fit the TTL).
 fn backend(args: &Args) -> Result<Backend, String> {
     let urls = args.redis_urls()?;
-    let timeout = match args.node_timeout {
+    let timeout = match args.conn.node_timeout {
         // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
         Some(t) if t.is_zero() || t >= args.ttl / 3 => {
             return Err(format!(
@@ -47,7 +50,7 @@ fn backend(args: &Args) -> Result<Backend, String> {
         None if urls.len() == 1 => request_timeout(args.ttl),
         None => node_timeout(args.ttl),
     };
-    let access = access(args)?;
+    let access = access(&args.conn)?;
     if access.insecure {
         warn!("--tls-insecure: the server's certificate is not verified; anyone on the network path can impersonate it");
     }
@@ -63,11 +66,16 @@ fn backend(args: &Args) -> Result<Backend, String> {
     })
 }
 
-pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
+/// One run; `record` gets what happened along the way (wait, fence, held, renewals, a lost
+/// lock), the caller adds how it ended.
+pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> ExitCode {
+    // The run's start as its metrics count it: history durations and metrics agree.
+    let started = Instant::from_std(record.started());
     let spec = LockSpec {
         key: args.key.clone(),
         ttl: args.ttl,
         limit: args.limit,
+        history: args.history,
     };
     let mut lock = match backend(&args) {
         Ok(lock) => lock,
@@ -91,6 +99,8 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         match lock.is_held_by(&spec, &token).await {
             Ok(true) => {
                 info!(key = %spec.key, "redis lock already held by this job (reentrant)");
+                // The outer lockrun holds the lock (and records its fence and renewals).
+                record.wait = record.elapsed();
                 let job = match Job::spawn(&args.command, &[], &opts, None) {
                     Ok(job) => job,
                     Err(e) => {
@@ -106,7 +116,7 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         }
     }
 
-    let holder = Holder::new();
+    let holder = Holder::new(&args.command[0]);
     let waiting = !args.wait.is_zero();
     let wait_until = match args.wait {
         Wait::For(d) => Some(Instant::now() + d),
@@ -116,12 +126,19 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
     // Said once, when a job is about to start: a skipped cron tick stays one line.
     let mut clamp_note = grace < args.kill_after && args.on_lost == OnLost::Terminate;
     loop {
-        let lease = match acquire(&mut lock, &spec, &holder, wait_until, waiting, signals).await {
+        let attempt = acquire(
+            &mut lock, &spec, &holder, wait_until, waiting, signals, started,
+        );
+        let attempt = attempt.await;
+        record.wait = record.elapsed();
+        let lease = match attempt {
             Ok(lease) => lease,
             Err(Failed::Conflict) => return ExitCode::Conflict(args.conflict_exit_code),
             Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
             Err(Failed::Code(code)) => return code,
         };
+        let acquired_at = Instant::now();
+        record.fence = lease.fence;
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
         if std::mem::take(&mut clamp_note) {
             info!(kill_after = %Human(args.kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
@@ -136,26 +153,45 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
         // A signal that arrived while we were acquiring: the job must not start.
         if let Some(sig) = signals.take_abort() {
             info!(signal = %signals::name(sig), "interrupted before the command started");
-            release(&mut lock, &spec, &lease, Duration::ZERO).await;
-            return ExitCode::Aborted(sig);
+            let code = ExitCode::Aborted(sig);
+            let note = note(Outcome::Aborted, Some(code), started);
+            release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await;
+            record.held += acquired_at.elapsed();
+            return code;
         }
         let deadline = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), args.kill_after);
         let code = match Job::spawn(&args.command, &env, &opts, Some(deadline.term_at())) {
             Ok(job) => {
+                let stats = watchdog::Stats::default();
+                // The watchdog resolves only when the lock is lost; with --on-lost continue
+                // that is the only trace of it (the exit code is then the job's own).
+                let lost = Cell::new(false);
                 let guard = Guard {
-                    lost: watchdog::run(&mut lock, &spec, &lease, &deadline),
+                    lost: async {
+                        let why = watchdog::run(&mut lock, &spec, &lease, &deadline, &stats).await;
+                        lost.set(true);
+                        why
+                    },
                     deadline: &deadline,
                     terminate: args.on_lost == OnLost::Terminate,
                 };
-                supervisor::supervise(job, signals, Some(guard)).await
+                let code = supervisor::supervise(job, signals, Some(guard)).await;
+                record.renewals = stats.renewals.get();
+                record.renewal_failures = stats.failures.get();
+                record.lost = lost.get() || code == ExitCode::LockLost;
+                code
             }
             Err(SpawnError::LeaseExpired) => {
                 warn!(key = %spec.key, "redis lock lease expired before the command could start (lockrun was delayed); not starting it");
-                release(&mut lock, &spec, &lease, Duration::ZERO).await;
+                record.held += acquired_at.elapsed();
                 if waiting && wait_until.is_none_or(|d| Instant::now() < d) {
+                    release(&mut lock, &spec, &lease, Duration::ZERO, None).await;
                     continue;
                 }
-                return ExitCode::Conflict(args.conflict_exit_code);
+                let code = ExitCode::Conflict(args.conflict_exit_code);
+                let note = note(Outcome::Skipped, Some(code), started);
+                release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await;
+                return code;
             }
             Err(e) => {
                 error!("{e}");
@@ -163,13 +199,18 @@ pub async fn run(args: Args, signals: &mut Signals) -> ExitCode {
             }
         };
         let keep = args.min_hold.saturating_sub(lease.confirmed_at.elapsed());
-        release(&mut lock, &spec, &lease, keep).await;
+        // The run's history entry says what its metrics say (see `metrics::outcome_of`).
+        let lost = record.lost || code == ExitCode::LockLost;
+        let outcome = crate::metrics::outcome_of(code, lost, signals.interrupted().is_some());
+        let note = note(outcome, Some(code), started);
+        release(&mut lock, &spec, &lease, keep, Some(&note)).await;
+        record.held += acquired_at.elapsed();
         return code;
     }
 }
 
 /// How to reach and authenticate to the server(s), from the options and the environment.
-fn access(args: &Args) -> Result<Access, String> {
+pub fn access(args: &Connection) -> Result<Access, String> {
     let env = |name: &str| std::env::var_os(name);
     Ok(Access {
         creds: Credentials::from_options(
@@ -226,11 +267,12 @@ async fn acquire<L: LockService>(
     deadline: Option<Instant>,
     waiting: bool,
     signals: &mut Signals,
+    started: Instant,
 ) -> Result<Lease, Failed> {
     let mut announced = false;
     loop {
         if let Some(sig) = signals.take_abort() {
-            return Err(abort(lock, spec, holder, waiting, sig).await);
+            return Err(abort(lock, spec, holder, waiting, sig, started).await);
         }
         if waiting {
             // Before each attempt (a no-op while subscribed): a release between our attempt and
@@ -243,7 +285,7 @@ async fn acquire<L: LockService>(
                 // configuration mistake: waiting does not fix it, and a waiter quietly
                 // falling back to polling would hide it until the queue misbehaves.
                 Err(e @ LockError::Refused(_)) => {
-                    leave(lock, spec, holder).await;
+                    leave(lock, spec, holder, None).await;
                     return Err(Failed::Code(unavailable(&e)));
                 }
                 Err(e) => debug!(error = %e, "no subscription to release hints yet"),
@@ -263,7 +305,9 @@ async fn acquire<L: LockService>(
                 let other = other.as_deref().map_or("?", describe_holder);
                 if remaining == Some(Duration::ZERO) {
                     if waiting {
-                        leave(lock, spec, holder).await;
+                        // (Without waiting, the attempt itself recorded the skip.)
+                        let note = note(Outcome::Skipped, None, started);
+                        leave(lock, spec, holder, Some(&note)).await;
                     }
                     let left = pttl.map(|d| Human(d).to_string());
                     info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
@@ -294,7 +338,7 @@ async fn acquire<L: LockService>(
                 // The attempt may have taken the lock (its reply lost, or a script that failed
                 // after writing): give it back, token-checked, so nothing is left locked.
                 let lease = phantom_lease(spec, holder);
-                let cleanup = lock.release(spec, &lease, Duration::ZERO);
+                let cleanup = lock.release(spec, &lease, Duration::ZERO, None);
                 let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
                 return Err(Failed::Code(unavailable(&e)));
             }
@@ -303,7 +347,7 @@ async fn acquire<L: LockService>(
             () = lock.wait_for_turn(holder, sleep) => {}
             r = signals.recv() => {
                 if signals::ABORTING.contains(&r.signo) {
-                    return Err(abort(lock, spec, holder, waiting, r.signo).await);
+                    return Err(abort(lock, spec, holder, waiting, r.signo, started).await);
                 }
             }
         }
@@ -316,17 +360,34 @@ async fn abort<L: LockService>(
     holder: &Holder,
     waiting: bool,
     sig: i32,
+    started: Instant,
 ) -> Failed {
     info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
     if waiting {
-        leave(lock, spec, holder).await;
+        let note = note(Outcome::Aborted, Some(ExitCode::Aborted(sig)), started);
+        leave(lock, spec, holder, Some(&note)).await;
     }
     Failed::Aborted(sig)
 }
 
 /// Best effort: a ticket left behind expires by itself within `TICKET`.
-async fn leave<L: LockService>(lock: &mut L, spec: &LockSpec, holder: &Holder) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), lock.leave_queue(spec, holder)).await;
+async fn leave<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    holder: &Holder,
+    note: Option<&Note>,
+) {
+    let leaving = lock.leave_queue(spec, holder, note);
+    let _ = tokio::time::timeout(Duration::from_secs(1), leaving).await;
+}
+
+/// The history entry of a run that ends now.
+fn note(outcome: Outcome, code: Option<ExitCode>, started: Instant) -> Note {
+    Note {
+        outcome,
+        exit_code: code.map(ExitCode::code),
+        duration: started.elapsed(),
+    }
 }
 
 /// A lease for `holder` whose acquire reply we never saw, for a token-checked cleanup.
@@ -342,13 +403,27 @@ fn phantom_lease(spec: &LockSpec, holder: &Holder) -> Lease {
 }
 
 /// Token-checked release; a failure is logged, not fatal: the TTL frees the key.
-async fn release<L: LockService>(lock: &mut L, spec: &LockSpec, lease: &Lease, keep: Duration) {
+async fn release<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    lease: &Lease,
+    keep: Duration,
+    note: Option<&Note>,
+) {
     debug!(key = %spec.key, "releasing redis lock");
-    let mut result = lock.release(spec, lease, keep).await;
-    let retried = matches!(result, Err(LockError::Unavailable(_)));
-    if retried {
-        // One retry on a fresh connection: release is safe to repeat (token-checked).
-        result = lock.release(spec, lease, keep).await;
+    let mut result = lock.release(spec, lease, keep, note).await;
+    let mut retried = false;
+    // Two retries, each on a fresh connection: release is safe to repeat (token-checked). Two,
+    // because a failover can close a new connection again: seen here after a Sentinel failover
+    // on Valkey, where two attempts in a row met "broken pipe" and the key was left to expire.
+    // The history entry goes along again: the first may not have been written (a reader of
+    // the history drops an entry repeated by the same run).
+    for _ in 0..2 {
+        if !matches!(result, Err(LockError::Unavailable(_))) {
+            break;
+        }
+        retried = true;
+        result = lock.release(spec, lease, keep, note).await;
     }
     match result {
         // The first attempt's outcome was unknown; most likely it did delete the key and only

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 /// Shortest lease: below this, one slow round trip or scheduler hiccup loses the lock.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// Runs a key's history keeps by default (`--history`).
+pub const DEFAULT_HISTORY: u32 = 100;
 /// Longest lease: a crashed holder blocks everyone else for up to one TTL.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -32,9 +34,105 @@ pub enum OnLost {
     about = "Run a command under a distributed lock held in Redis: flock(1) across hosts.",
     after_help = "Exit codes: the command's own; 128+N if it died of signal N; 75 (or -E) lock held \
 elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error; \
-126/127 command not executable / not found."
+126/127 command not executable / not found.
+
+Other commands (each with --help): lockrun status <KEY>, lockrun list [PATTERN], \
+lockrun release <KEY> --force, lockrun history <KEY>, lockrun doctor [KEY]. \
+A lock named like one of them: lockrun run <KEY> [--] <COMMAND>..."
 )]
 pub struct Args {
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
+    /// 1h, 1d; a bare number is seconds)
+    #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
+          value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true)]
+    pub ttl: Duration,
+
+    /// How long to wait for a held lock: 0 = one attempt, a duration, or `forever`
+    #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
+          value_parser = Wait::parse, allow_hyphen_values = true, hide_env_values = true)]
+    pub wait: Wait,
+
+    /// Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)
+    #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
+          value_name = "N", value_parser = parse_exit_code, allow_negative_numbers = true,
+          hide_env_values = true)]
+    pub conflict_exit_code: u8,
+
+    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most
+    /// TTL/3 when the lock is being lost)
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
+          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
+    pub kill_after: Duration,
+
+    /// What to do with the command when the lock is lost
+    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION",
+          hide_env_values = true)]
+    pub on_lost: OnLost,
+
+    /// Keep the lock at least this long after acquiring, even if the command finishes sooner
+    /// (at most 30d)
+    #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
+          value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
+    pub min_hold: Duration,
+
+    /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
+    /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
+    #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
+          value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
+    pub acks: u32,
+
+    /// Count the lock and each renewal only once the server has fsynced them to its append-only
+    /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
+    #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
+    pub fsync: bool,
+
+    /// Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock,
+    /// written by the scripts lockrun runs anyway; gone 40 days after the key's last run);
+    /// 0 to 10000, 0: record nothing
+    #[arg(long, env = "LOCKRUN_HISTORY", default_value_t = DEFAULT_HISTORY, value_name = "N",
+          value_parser = parse_history, allow_negative_numbers = true, hide_env_values = true)]
+    pub history: u32,
+
+    /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
+    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
+          allow_negative_numbers = true, hide_env_values = true)]
+    pub limit: Option<u32>,
+
+    /// Signal only the direct child, not its process group
+    #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
+          hide_env_values = true)]
+    pub no_group: bool,
+
+    /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
+    #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
+          hide_env_values = true)]
+    pub subreaper: bool,
+
+    /// When lockrun ends, write how the run went to PATH in Prometheus text format, for
+    /// node_exporter's textfile collector (replaced atomically; a failure to write is a warning)
+    #[arg(long, env = "LOCKRUN_METRICS_FILE", value_name = "PATH", hide_env_values = true,
+          value_parser = clap::value_parser!(std::path::PathBuf))]
+    pub metrics_file: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    pub logs: Logs,
+
+    /// Lock name; used as the Redis key exactly as given (names starting with 'lockrun:' are reserved)
+    #[arg(value_name = "KEY", value_parser = parse_key)]
+    pub key: String,
+
+    /// The command to run (executed directly, looked up on PATH, never through a shell)
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true,
+          allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+/// How to reach and authenticate to Redis: shared by the run form and every other command.
+#[derive(Debug, clap::Args)]
+pub struct Connection {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
     /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P],
     /// redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel),
@@ -107,67 +205,11 @@ pub struct Args {
     #[arg(long, env = "LOCKRUN_SENTINEL_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub sentinel_password_file: Option<std::path::PathBuf>,
+}
 
-    /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
-    /// 1h, 1d; a bare number is seconds)
-    #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
-          value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true)]
-    pub ttl: Duration,
-
-    /// How long to wait for a held lock: 0 = one attempt, a duration, or `forever`
-    #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
-          value_parser = Wait::parse, allow_hyphen_values = true, hide_env_values = true)]
-    pub wait: Wait,
-
-    /// Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)
-    #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
-          value_name = "N", value_parser = parse_exit_code, allow_negative_numbers = true,
-          hide_env_values = true)]
-    pub conflict_exit_code: u8,
-
-    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most
-    /// TTL/3 when the lock is being lost)
-    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
-          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
-    pub kill_after: Duration,
-
-    /// What to do with the command when the lock is lost
-    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION",
-          hide_env_values = true)]
-    pub on_lost: OnLost,
-
-    /// Keep the lock at least this long after acquiring, even if the command finishes sooner
-    /// (at most 30d)
-    #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
-          value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
-    pub min_hold: Duration,
-
-    /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
-    /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
-    #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
-          value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
-    pub acks: u32,
-
-    /// Count the lock and each renewal only once the server has fsynced them to its append-only
-    /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
-    #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
-    pub fsync: bool,
-
-    /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
-    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
-          allow_negative_numbers = true, hide_env_values = true)]
-    pub limit: Option<u32>,
-
-    /// Signal only the direct child, not its process group
-    #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
-          hide_env_values = true)]
-    pub no_group: bool,
-
-    /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
-    #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
-          hide_env_values = true)]
-    pub subreaper: bool,
-
+/// How lockrun's own lines on stderr look: shared by the run form and every other command.
+#[derive(Debug, clap::Args)]
+pub struct Logs {
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
     #[arg(short, long, conflicts_with = "verbose", env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true)]
@@ -182,29 +224,30 @@ pub struct Args {
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
           hide_env_values = true)]
     pub log_format: Format,
+}
 
-    /// Lock name; used as the Redis key exactly as given (names starting with 'lockrun:' are reserved)
-    #[arg(value_name = "KEY", value_parser = parse_key)]
-    pub key: String,
-
-    /// The command to run (executed directly, looked up on PATH, never through a shell)
-    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true,
-          allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
-    pub command: Vec<OsString>,
+impl Connection {
+    /// The Redis URLs: every `--redis` (or `LOCKRUN_REDIS_URL`), each split by [`split_urls`].
+    /// One is a single server; 3 or more are Redlock masters; 2 is refused, since a majority
+    /// of 2 is both, so either one failing would stop every lockrun.
+    pub fn urls(&self) -> Result<Vec<String>, String> {
+        let urls: Vec<String> = self.redis.iter().flat_map(|u| split_urls(u)).collect();
+        if urls.len() == 2 {
+            return Err(
+                "2 Redis URLs given: Redlock needs a majority that survives a failed node, \
+                 so give 3 or more independent masters (or 1)"
+                    .into(),
+            );
+        }
+        Ok(urls)
+    }
 }
 
 impl Args {
-    /// The Redis URLs: every `--redis` (or `LOCKRUN_REDIS_URL`), each split by [`split_urls`].
-    /// One is a single server; 3 or more are Redlock masters; 2 is refused, since a majority
-    /// of 2 is both, so either one failing would stop every lockrun. Semaphores need one server.
+    /// [`Connection::urls`], and semaphores need one server.
     pub fn redis_urls(&self) -> Result<Vec<String>, String> {
-        let urls: Vec<String> = self.redis.iter().flat_map(|u| split_urls(u)).collect();
+        let urls = self.conn.urls()?;
         match urls.len() {
-            2 => Err(
-                "2 Redis URLs given: Redlock needs a majority that survives a failed node, \
-                      so give 3 or more independent masters (or 1)"
-                    .into(),
-            ),
             n if n > 2 && self.limit.is_some() => Err(format!(
                 "--limit cannot be used with {n} Redis masters: a majority per holder does not \
                  bound the number of holders (with 3 masters and --limit 2, three holders can \
@@ -285,6 +328,10 @@ fn parse_acks(s: &str) -> Result<u32, String> {
     parse_bounded(s, 0, 100, "--acks").map(|n| n as u32)
 }
 
+fn parse_history(s: &str) -> Result<u32, String> {
+    parse_bounded(s, 0, 10_000, "--history").map(|n| n as u32)
+}
+
 fn parse_exit_code(s: &str) -> Result<u8, String> {
     parse_bounded(s, 0, 255, "an exit code").map(|n| n as u8)
 }
@@ -307,21 +354,88 @@ fn parse_key(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+pub mod verbs;
+
+/// What the command line asks for: a run (the classic form, or `lockrun run …`) or one of the
+/// operators' commands.
+#[derive(Debug)]
+pub enum Invocation {
+    Run(Box<Args>),
+    Verb(Box<verbs::Verb>),
+}
+
 /// Parses the process arguments. Help and version print to stdout; errors print one line to
 /// stderr. Either way the caller gets the exit code to use.
-pub fn parse() -> Result<Args, ExitCode> {
+pub fn parse() -> Result<Invocation, ExitCode> {
     parse_from(std::env::args_os())
 }
 
-pub fn parse_from<I, T>(args: I) -> Result<Args, ExitCode>
+/// The run form stays exactly as it was: only when the first word that is not an option (or an
+/// option's value) is one of [`verbs::VERBS`] is it a command; it moves to the front, so
+/// connection options may come before or after it (`lockrun -r URL status KEY`). `run` is
+/// dropped and the rest parsed as the run form, for a lock named like a command.
+pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let mut cmd = Args::command();
-    // An environment variable set to the empty string counts as unset (its default applies):
-    // templated manifests and `VAR= lockrun …` produce empty values that mean "nothing here".
+    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let verb = first_positional(&Args::command(), &argv)
+        .filter(|&i| verbs::VERBS.iter().any(|v| argv[i] == *v));
+    match verb {
+        Some(i) if argv[i] == "run" => {
+            argv.remove(i);
+            parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a)))
+        }
+        Some(i) => {
+            let word = argv.remove(i);
+            argv.insert(1.min(argv.len()), word);
+            parse_as::<verbs::VerbLine>(argv).map(|v| Invocation::Verb(Box::new(v.verb)))
+        }
+        None => parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a))),
+    }
+}
+
+/// Where the first word that is neither an option nor an option's value is, up to `--`.
+fn first_positional(cmd: &clap::Command, argv: &[OsString]) -> Option<usize> {
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let long_takes = |name: &str| {
+        cmd.get_arguments()
+            .any(|a| a.get_long() == Some(name) && takes_value(a))
+    };
+    let short_takes = |c: char| {
+        cmd.get_arguments()
+            .any(|a| a.get_short() == Some(c) && takes_value(a))
+    };
+    let mut i = 1;
+    while i < argv.len() {
+        let word = argv[i].to_string_lossy();
+        if word == "--" {
+            return None;
+        } else if let Some(long) = word.strip_prefix("--") {
+            if !long.contains('=') && long_takes(long) {
+                i += 1;
+            }
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // A cluster like `-vq`, or `-t5s` / `-t 5s`: the first short option that takes a
+            // value ends the cluster, and takes the next word when nothing follows it.
+            let chars: Vec<char> = shorts.chars().collect();
+            if let Some(at) = chars.iter().position(|&c| short_takes(c)) {
+                if at + 1 == chars.len() {
+                    i += 1;
+                }
+            }
+        } else {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// An environment variable set to the empty string counts as unset (its default applies):
+/// templated manifests and `VAR= lockrun …` produce empty values that mean "nothing here".
+fn without_empty_env(mut cmd: clap::Command) -> clap::Command {
     let empty: Vec<clap::Id> = cmd
         .get_arguments()
         .filter(|a| {
@@ -334,9 +448,21 @@ where
     for id in empty {
         cmd = cmd.mut_arg(id, |a| a.env(None));
     }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, without_empty_env);
+    }
+    cmd
+}
+
+fn parse_as<P: CommandFactory + FromArgMatches>(argv: Vec<OsString>) -> Result<P, ExitCode> {
+    let mut cmd = without_empty_env(P::command());
     let parsed = cmd
         .try_get_matches_from_mut(argv.clone())
-        .and_then(|m| Args::from_arg_matches(&m));
+        .and_then(|m| P::from_arg_matches(&m));
     match parsed {
         Ok(args) => Ok(args),
         Err(e) if !e.use_stderr() => {
@@ -370,7 +496,10 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
         return None;
     };
     let long = arg.split_whitespace().next()?.trim_start_matches('-');
-    let a = cmd.get_arguments().find(|a| a.get_long() == Some(long))?;
+    let a = cmd
+        .get_arguments()
+        .chain(cmd.get_subcommands().flat_map(|c| c.get_arguments()))
+        .find(|a| a.get_long() == Some(long))?;
     let var = a.get_env()?.to_str()?.to_string();
     let on_command_line = argv.iter().any(|x| {
         let x = x.to_string_lossy();
@@ -419,6 +548,13 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Args, ExitCode> {
+        match parse_any(args)? {
+            Invocation::Run(a) => Ok(*a),
+            Invocation::Verb(v) => panic!("{args:?} parsed as {v:?}"),
+        }
+    }
+
+    fn parse_any(args: &[&str]) -> Result<Invocation, ExitCode> {
         parse_from(std::iter::once("lockrun").chain(args.iter().copied()))
     }
 

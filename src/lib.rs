@@ -8,7 +8,9 @@
 //! - [`signals`], [`supervisor`]: signal capture, the child, its process group, reaping
 //! - [`exit_codes`]: how every ending maps to a process exit code
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
+//! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
 //! - [`app`]: one run, start to finish
+//! - [`ops`]: the operators' commands (status, list, release, history, doctor)
 
 pub mod app;
 pub mod cli;
@@ -16,6 +18,8 @@ pub mod duration;
 pub mod exit_codes;
 pub mod lock;
 pub mod logging;
+pub mod metrics;
+pub mod ops;
 pub mod signals;
 pub mod supervisor;
 pub mod watchdog;
@@ -35,47 +39,81 @@ pub fn main() -> i32 {
 
 fn run() -> ExitCode {
     let args = match cli::parse() {
-        Ok(args) => args,
+        Ok(cli::Invocation::Run(args)) => *args,
+        Ok(cli::Invocation::Verb(verb)) => return ops::main(*verb),
         Err(code) => return code,
     };
-    let env_filter = std::env::var("LOCKRUN_LOG").ok();
-    if let Err(msg) = logging::init(
-        args.quiet,
-        args.verbose,
-        env_filter.as_deref(),
-        args.log_format,
-    ) {
-        logging::print_early_error(&msg, args.log_format == logging::Format::Json);
-        return ExitCode::Usage;
+    if let Err(code) = init_logging(&args.logs) {
+        return code;
     }
+    // From here on every ending is a run to record: the options are known, and a metrics file
+    // that cannot be written can be said so in a log line.
+    let metrics_file = args.metrics_file.clone();
+    let mut record = metrics::RunRecord::begin(&args.key);
     // Handlers first, before any network I/O: a SIGTERM during start-up must not kill lockrun
     // with the default action while it may already hold the lock.
-    let mut signals = match signals::Signals::install() {
-        Ok(s) => s,
+    let (code, interrupted) = match signals::Signals::install() {
+        Ok(mut signals) => {
+            let code = run_with(args, &mut signals, &mut record);
+            (code, signals.interrupted())
+        }
         Err(e) => {
             tracing::error!("cannot install signal handlers: {e}");
-            return ExitCode::Internal;
+            (ExitCode::Internal, None)
         }
     };
+    // Last, once the lock is released: a slow disk must not hold it.
+    if let Some(path) = metrics_file {
+        record.finish(code, interrupted.is_some());
+        metrics::write(&path, &record);
+    }
+    code
+}
+
+/// Everything after the signal handlers: subreaper, the runtime, the run.
+fn run_with(
+    args: cli::Args,
+    signals: &mut signals::Signals,
+    record: &mut metrics::RunRecord,
+) -> ExitCode {
     if args.subreaper {
         if let Err(e) = supervisor::become_subreaper() {
             tracing::error!("cannot become a child subreaper: {e}");
             return ExitCode::Internal;
         }
     }
-    // One thread is plenty for one connection, one timer and one child; it also keeps start-up
-    // cheap and guarantees the forking thread (this one) lives as long as lockrun, which the
-    // parent-death signal depends on.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+    match runtime() {
+        Ok(runtime) => runtime.block_on(app::run(args, signals, record)),
+        Err(code) => code,
+    }
+}
+
+/// Logging as `-q`/`-v`/`--log-format` and `LOCKRUN_LOG` say (the run form and every other
+/// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
+pub fn init_logging(logs: &cli::Logs) -> Result<(), ExitCode> {
+    let env_filter = std::env::var("LOCKRUN_LOG").ok();
+    logging::init(
+        logs.quiet,
+        logs.verbose,
+        env_filter.as_deref(),
+        logs.log_format,
+    )
+    .map_err(|msg| {
+        logging::print_early_error(&msg, logs.log_format == logging::Format::Json);
+        ExitCode::Usage
+    })
+}
+
+/// The async runtime. One thread is plenty for one connection, one timer and one child; it also
+/// keeps start-up cheap and guarantees the forking thread (this one) lives as long as lockrun,
+/// which the parent-death signal depends on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
+        .map_err(|e| {
             tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::Internal;
-        }
-    };
-    runtime.block_on(app::run(args, &mut signals))
+            ExitCode::Internal
+        })
 }

@@ -32,10 +32,17 @@ pub fn init(
         match env_filter.map(str::trim).filter(|s| !s.is_empty()) {
             Some(spec) => {
                 check_filter(spec)?;
-                EnvFilter::try_new(spec)
-                    .map_err(|e| format!("LOCKRUN_LOG='{spec}' is not a log filter: {e}"))?
-                    // Errors are always printed, whatever the filter says.
-                    .add_directive(LevelFilter::ERROR.into())
+                let filter = EnvFilter::try_new(spec)
+                    .map_err(|e| format!("LOCKRUN_LOG='{spec}' is not a log filter: {e}"))?;
+                // Errors are always printed, whatever the filter says: a filter for some
+                // targets only gets a default level of ERROR. Not when it has a default level
+                // of its own (`info`, `warn,lockrun=debug`): that level already lets errors
+                // through ("off" is refused above), and a second default would replace it.
+                if has_default_level(spec) {
+                    filter
+                } else {
+                    filter.add_directive(LevelFilter::ERROR.into())
+                }
             }
             None => EnvFilter::default().add_directive(LevelFilter::INFO.into()),
         }
@@ -232,7 +239,13 @@ impl std::io::Write for QueuedStderr {
     }
 }
 
-/// The current UTC time as `2026-11-21T23:40:00Z`, for the holder value an operator reads.
+/// Whether a filter (already checked by [`check_filter`]) sets a level for every target.
+fn has_default_level(spec: &str) -> bool {
+    spec.split(',')
+        .map(str::trim)
+        .any(|d| !d.is_empty() && !d.contains('=') && !d.contains('['))
+}
+
 /// tracing reads a bare word as a *target* name, so `LOCKRUN_LOG=information` would silently
 /// select a target that does not exist and print nothing at all. A bare word must be a level;
 /// anything else needs the explicit `target=level` form.
@@ -291,6 +304,7 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The current UTC time as `2026-11-21T23:40:00Z`, for the holder value an operator reads.
 pub fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -299,7 +313,8 @@ pub fn utc_now() -> String {
     format_utc(secs)
 }
 
-fn format_utc(secs: u64) -> String {
+/// Unix seconds → `2024-01-02T03:04:05Z`.
+pub fn format_utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil-from-days (proleptic Gregorian), valid for any date after 1970.

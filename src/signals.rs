@@ -80,6 +80,9 @@ pub struct Signals {
     pipe: Option<pipe::Receiver>,
     /// The signal mask lockrun was started with; the command gets it back before exec.
     original_mask: libc::sigset_t,
+    /// The first of [`ABORTING`] received, whatever was done with it (abort the wait, forward
+    /// it to the job): how the run's outcome tells "stopped from outside" from "finished".
+    interrupted: Option<i32>,
 }
 
 impl Signals {
@@ -138,6 +141,7 @@ impl Signals {
             read: Some(read),
             pipe: None,
             original_mask,
+            interrupted: None,
         })
     }
 
@@ -145,6 +149,17 @@ impl Signals {
     /// set up, not lockrun's.
     pub fn original_mask(&self) -> libc::sigset_t {
         self.original_mask
+    }
+
+    /// The first SIGTERM, SIGINT, SIGHUP or SIGQUIT lockrun has received so far, if any.
+    pub fn interrupted(&self) -> Option<i32> {
+        self.interrupted
+    }
+
+    fn note(&mut self, r: Received) {
+        if self.interrupted.is_none() && ABORTING.contains(&r.signo) {
+            self.interrupted = Some(r.signo);
+        }
     }
 
     fn decode(buf: &[u8]) -> impl Iterator<Item = Received> + '_ {
@@ -177,7 +192,11 @@ impl Signals {
                 return std::future::pending().await;
             }
             match rx.try_read(&mut buf) {
-                Ok(2) => return Self::decode(&buf).next().expect("two bytes"),
+                Ok(2) => {
+                    let r = Self::decode(&buf).next().expect("two bytes");
+                    self.note(r);
+                    return r;
+                }
                 // Writes are 2-byte atomic, so a short read cannot happen; ignore defensively.
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -196,6 +215,7 @@ impl Signals {
                 _ => return abort,
             };
             for r in Self::decode(&buf[..n]) {
+                self.note(r);
                 if abort.is_none() && ABORTING.contains(&r.signo) {
                     abort = Some(r.signo);
                 }

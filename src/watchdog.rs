@@ -79,6 +79,24 @@ impl Deadline {
     }
 }
 
+/// What the watchdog did, for the run's record (`--metrics-file`). Counted as it goes, so the
+/// numbers are there however the watchdog ends (dropped when the job exits, or lost).
+/// Single-threaded like [`Deadline`]: plain `Cell`s.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Renewals the server confirmed.
+    pub renewals: Cell<u64>,
+    /// Renewal attempts that failed (error, broken connection) or timed out. A renewal that
+    /// finds the key gone or taken is not one: the watchdog returns [`Lost::NotOwner`].
+    pub failures: Cell<u64>,
+}
+
+impl Stats {
+    fn bump(c: &Cell<u64>) {
+        c.set(c.get() + 1);
+    }
+}
+
 /// Why the watchdog gave up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lost {
@@ -89,12 +107,13 @@ pub enum Lost {
 }
 
 /// Renews until the lock is lost; resolves only then. Logs nothing about the loss itself: the
-/// supervisor signals the job first and logs after.
+/// supervisor signals the job first and logs after. Counts into `stats`.
 pub async fn run<L: LockService>(
     lock: &mut L,
     spec: &LockSpec,
     lease: &Lease,
     deadline: &Deadline,
+    stats: &Stats,
 ) -> Lost {
     let interval = spec.ttl / 3;
     // Retries after an unknown outcome: often enough to ride out a short blip, rare enough not
@@ -110,16 +129,19 @@ pub async fn run<L: LockService>(
         match timeout(deadline.get() - sent, lock.renew(spec, lease)).await {
             Ok(Ok(Renew::Renewed)) => {
                 debug!(key = %spec.key, ttl = %Human(spec.ttl), "redis lock renewed");
+                Stats::bump(&stats.renewals);
                 deadline.at.set(sent + deadline.span);
                 next = sent + interval;
             }
             Ok(Ok(Renew::NotOwner)) => return Lost::NotOwner,
             Ok(Err(e)) => {
+                Stats::bump(&stats.failures);
                 warn!(key = %spec.key, error = %e, left = %Human(deadline.get().saturating_duration_since(Instant::now())),
                       "redis lock renewal failed; retrying");
                 next = (Instant::now() + retry).min(deadline.get());
             }
             Err(_) => {
+                Stats::bump(&stats.failures);
                 warn!(key = %spec.key, "redis lock renewal timed out");
                 next = Instant::now();
             }
@@ -148,6 +170,8 @@ mod tests {
                 token: "t".into(),
                 id: "i".into(),
                 value: "i".into(),
+                host: "h".into(),
+                pid: 1,
             },
             fence: 1,
             sent_at: now,
@@ -193,6 +217,7 @@ mod tests {
             _: &LockSpec,
             _: &Lease,
             _: Duration,
+            _: Option<&crate::lock::Note>,
         ) -> Result<crate::lock::Release, crate::lock::LockError> {
             unreachable!()
         }
@@ -207,6 +232,7 @@ mod tests {
             &mut self,
             _: &LockSpec,
             _: &crate::lock::Holder,
+            _: Option<&crate::lock::Note>,
         ) -> Result<(), crate::lock::LockError> {
             Ok(())
         }
@@ -231,6 +257,8 @@ mod tests {
                     token: "t".into(),
                     id: "i".into(),
                     value: "i".into(),
+                    host: "h".into(),
+                    pid: 1,
                 },
                 fence: 1,
                 sent_at: now,
@@ -240,14 +268,17 @@ mod tests {
                 key: "k".into(),
                 ttl: ms(900),
                 limit: None,
+                history: 0,
             };
             let mut lock = Drifting(Cell::new(None));
             let d = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), ms(10_000));
             assert_eq!(d.get(), now + ms(810));
             // The first renewal goes out at TTL/3: the deadline becomes its send time + 810 ms
             // (TTL − drift), not + 900 ms. The send time is a moment before the mock saw it.
-            let _ = timeout(ms(450), run(&mut lock, &spec, &lease, &d)).await;
+            let stats = Stats::default();
+            let _ = timeout(ms(450), run(&mut lock, &spec, &lease, &d, &stats)).await;
             let seen = lock.0.get().expect("a renewal was sent");
+            assert_eq!((stats.renewals.get(), stats.failures.get()), (1, 0));
             assert!(d.get() <= seen + ms(810), "{:?}", d.get() - seen);
             assert!(d.get() + ms(20) > seen + ms(810), "{:?}", seen - d.get());
         });

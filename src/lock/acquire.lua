@@ -1,10 +1,21 @@
 -- Acquire an exclusive lock in one round trip (after the queue prelude).
 -- KEYS[1] lock, KEYS[2] fencing counter (never expires), KEYS[3] queue, KEYS[4] ticket expiries
 -- ARGV[1] holder value "<id> host=... pid=... started=...", ARGV[2] ttl ms, ARGV[3] public id,
--- ARGV[4] ticket ms (0: not waiting, do not queue)
+-- ARGV[4] ticket ms (0: not waiting, do not queue), ARGV[5..] the history entry if this attempt
+-- is the run's end (KEYS[5] history; see `note`)
 -- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused |
 -- {-2, helper key} a helper key spoiled by hand (pttl -2: the lock is free but promised to the
 -- head of the queue). Nothing is written before every check has passed.
+-- The common case first, in as few commands as it can be done safely: nobody queued (neither
+-- queue key exists), the fencing counter sound, the key free. SET NX is the check and the
+-- write at once; nothing is written before the counter has been read and checked.
+if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
+  local counter = read_fence(KEYS[2])
+  if counter and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {1, next_fence(KEYS[2], counter, now_us())}
+  end
+end
+-- Everything else: held (maybe by our own earlier attempt), queued waiters, spoiled keys.
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
 local counter, spoiled = check_helpers(KEYS[2], KEYS[3], KEYS[4])
@@ -28,7 +39,7 @@ if not current and rank(KEYS[3], ARGV[3]) == 0 then
   return {1, next_fence(KEYS[2], counter, us)}
 end
 local ticket = tonumber(ARGV[4])
-if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) end
+if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note(KEYS[5], 5) end
 if current then
   return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
 end

@@ -3,7 +3,7 @@
 
 use super::redis::RedisLock;
 use super::redlock::Redlock;
-use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
+use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
 use std::time::Duration;
 
 // One per process, made once and never moved around: its size does not matter.
@@ -46,16 +46,22 @@ impl LockService for Backend {
         spec: &LockSpec,
         lease: &Lease,
         keep_for: Duration,
+        note: Option<&Note>,
     ) -> Result<Release, LockError> {
-        on!(self, l => l.release(spec, lease, keep_for).await)
+        on!(self, l => l.release(spec, lease, keep_for, note).await)
     }
 
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
         on!(self, l => l.is_held_by(spec, token).await)
     }
 
-    async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
-        on!(self, l => l.leave_queue(spec, holder).await)
+    async fn leave_queue(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        note: Option<&Note>,
+    ) -> Result<(), LockError> {
+        on!(self, l => l.leave_queue(spec, holder, note).await)
     }
 
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {

@@ -10,6 +10,8 @@ pub mod backend;
 pub mod connect;
 pub mod endpoint;
 pub mod errors;
+pub mod inspect;
+pub mod probe;
 pub mod redis;
 pub mod redlock;
 pub mod url;
@@ -36,6 +38,50 @@ pub struct LockSpec {
     pub ttl: Duration,
     /// `None`: an exclusive lock (a string key). `Some(n)`: a semaphore of n slots (a sorted set).
     pub limit: Option<u32>,
+    /// How many runs the key's history keeps (about; see [`Note`]); 0: none recorded.
+    pub history: u32,
+}
+
+/// How a run ended, as its entry in the key's history says (`lockrun history`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran under the lock and exited (any exit code, or killed by a signal that
+    /// did not come through lockrun).
+    Ran,
+    /// Not run: the lock was held elsewhere (at once, or until `--wait` ran out).
+    Skipped,
+    /// The lock was lost while the command ran.
+    Lost,
+    /// lockrun was told to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT) while waiting or running.
+    Aborted,
+    /// Acquired, but the command could not be started (not found, not executable, too late).
+    Error,
+    /// An operator deleted the lock (`lockrun release --force`).
+    Released,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ran => "ran",
+            Outcome::Skipped => "skipped",
+            Outcome::Lost => "lost",
+            Outcome::Aborted => "aborted",
+            Outcome::Error => "error",
+            Outcome::Released => "released",
+        }
+    }
+}
+
+/// One entry of a key's run history. Written by the script that ends the run anyway (release,
+/// leave the queue, or the acquire that finds the lock held), so history costs no round trip.
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub outcome: Outcome,
+    /// lockrun's exit code for the run, when it is known at that point.
+    pub exit_code: Option<i32>,
+    /// From lockrun's start (waiting included) to the end of the run.
+    pub duration: Duration,
 }
 
 /// Who we are, under two names. Reentrancy trusts whoever presents the holder's name, while
@@ -51,8 +97,10 @@ pub struct Holder {
     /// queue members and wake-up messages carry this; ownership is decided by it (a holder
     /// compares its own value or id), reentrancy by presenting a token that hashes to it.
     pub id: String,
-    /// `<id> host=<h> pid=<p> started=<utc>`: what `redis-cli GET <KEY>` shows.
+    /// `<id> host=<h> pid=<p> started=<utc> program=<name>`: what `redis-cli GET <KEY>` shows.
     pub value: String,
+    pub host: String,
+    pub pid: u32,
 }
 
 /// Lowercase hex SHA-1 of a token (as Redis Lua's `redis.sha1hex` would give it). The reentrancy
@@ -64,7 +112,7 @@ pub fn public_id(token: &str) -> String {
 }
 
 /// What a log line may say about the holder whose value is `value`: `host=<h> pid=<p>
-/// started=<utc>`, without the first word (our public id, or the token of a lockrun from before
+/// started=<utc> program=<name>`, without the first word (our public id, or the token of a lockrun from before
 /// ids existed, which is still trusted by such a lockrun). A value lockrun did not write (set
 /// by hand, a reservation note) is shown as it is; the logger escapes it.
 pub fn describe_holder(value: &str) -> &str {
@@ -73,7 +121,11 @@ pub fn describe_holder(value: &str) -> &str {
         let shaped = ["host=", "pid=", "started="]
             .iter()
             .all(|prefix| words.next().is_some_and(|w| w.starts_with(prefix)));
-        if shaped && words.next().is_none() {
+        // `program=` since lockrun 0.2; older values end after `started=`.
+        if shaped
+            && words.next().is_none_or(|w| w.starts_with("program="))
+            && words.next().is_none()
+        {
             return rest;
         }
     }
@@ -162,7 +214,9 @@ pub trait LockService {
     /// waiting: a no-op while subscribed, a new subscription after the old one died.
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError>;
     /// One attempt. With `queue`, an attempt that fails leaves (or renews) a place in the
-    /// waiter queue: waiters take turns in arrival order and nobody barges past them.
+    /// waiter queue: waiters take turns in arrival order and nobody barges past them. Without
+    /// `queue`, an attempt that finds the lock held is the run's end: the script records a
+    /// `skipped` entry in the key's history (when `spec.history` > 0).
     async fn acquire(
         &mut self,
         spec: &LockSpec,
@@ -170,18 +224,27 @@ pub trait LockService {
         queue: bool,
     ) -> Result<Acquire, LockError>;
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError>;
+    /// `note`: the run's history entry, written by the same script (also when the key is no
+    /// longer ours: a lost lock is history too).
     async fn release(
         &mut self,
         spec: &LockSpec,
         lease: &Lease,
         keep_for: Duration,
+        note: Option<&Note>,
     ) -> Result<Release, LockError>;
     /// Does the holder whose secret is `token` hold `spec.key` right now? (Reentrancy: a nested
     /// lockrun asks this.) A public id in place of the token must not pass, and the token must
     /// not be sent anywhere other clients can read it (compare [`public_id`] of it instead).
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError>;
-    /// Give up a place in the waiter queue (wait timed out or aborted).
-    async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError>;
+    /// Give up a place in the waiter queue (wait timed out or aborted); `note` is the run's
+    /// history entry.
+    async fn leave_queue(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        note: Option<&Note>,
+    ) -> Result<(), LockError>;
     /// Resolves when a hint says it is `holder`'s turn, or after `max`, whichever is first. A
     /// hint is only a hint: the caller always re-checks with `acquire`.
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration);
@@ -217,12 +280,18 @@ mod tests {
         // An older lockrun's value (its token first) is described the same way.
         let old = "0123456789abcdef0123456789abcdef host=h pid=1 started=x";
         assert_eq!(describe_holder(old), "host=h pid=1 started=x");
+        let with_program = format!("{id} host=h pid=1 started=x program=backup.sh");
+        assert_eq!(
+            describe_holder(&with_program),
+            "host=h pid=1 started=x program=backup.sh"
+        );
         // Anything else is shown as it is.
         for other in [
             "someone",
             "abc host=x",
             "reserved for a queued waiter",
             "a host=h pid=1 started=x extra",
+            "a host=h pid=1 started=x program=p extra",
             "",
         ] {
             assert_eq!(describe_holder(other), other);

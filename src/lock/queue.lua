@@ -30,13 +30,26 @@ local function bad_queue(q, e)
   end
 end
 
+-- GET of a key that may be of another type (spoiled by hand, or a semaphore): WRONGTYPE gives
+-- nil, where redis.call would fail the script; any other error (an ACL without GET) is raised
+-- as it came, so the refusal still names the command.
+local function get_or_wrongtype(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' and v.err then
+    if string.find(v.err, 'WRONGTYPE', 1, true) then return nil end
+    error(v)
+  end
+  return v
+end
+
 -- The fencing counter's value (0 when absent), or nil when it is not a whole number we could
--- have written.
+-- have written. One GET: a key of another type answers an error, which pcall turns into nil
+-- instead of failing the script (nothing has been written at this point either way).
 local function read_fence(f)
-  local t = redis.call('TYPE', f).ok
-  if t == 'none' then return 0 end
-  if t ~= 'string' then return nil end
-  local n = tonumber(redis.call('GET', f))
+  local v = get_or_wrongtype(f)
+  if v == false then return 0 end
+  if type(v) ~= 'string' then return nil end
+  local n = tonumber(v)
   if n and n >= 0 and n < 9007199254740992 and n == math.floor(n) then return n end
 end
 
@@ -90,4 +103,26 @@ end
 local function wake_head(q, channel)
   local head = redis.call('ZRANGE', q, 0, 0)
   if head[1] then redis.call('PUBLISH', channel, head[1]) end
+end
+
+-- A run's entry in the key's history stream (`lockrun history`), from ARGV[first] on: the
+-- entry's cap, then field/value pairs. At most about `cap` entries (approximate trimming drops
+-- whole stream nodes: cheap), and the stream is gone 40 days after the key's last run (a
+-- monthly job keeps its history). Best effort by design: pcall, so a server that refuses XADD
+-- (an older ACL line, maxmemory) or a history key spoiled by hand never changes a run's outcome.
+-- `lost`: the run no longer held the key at its end, whatever the caller thought; a run that
+-- "ran" is then recorded as lost (its lock was deleted or expired under it).
+local function note(h, first, lost)
+  local cap = tonumber(ARGV[first])
+  if not cap or cap <= 0 then return end
+  local fields = {unpack(ARGV, first + 1)}
+  if lost then
+    for i = 1, #fields - 1, 2 do
+      if fields[i] == 'outcome' and fields[i + 1] == 'ran' then fields[i + 1] = 'lost' end
+    end
+  end
+  -- A key of another type makes XADD fail without writing (pcall): that is the type check.
+  local ok = redis.pcall('XADD', h, 'MAXLEN', '~', cap, '*', unpack(fields))
+  if type(ok) == 'table' and ok.err then return end
+  redis.pcall('PEXPIRE', h, 3456000000)
 end

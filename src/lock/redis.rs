@@ -5,7 +5,9 @@ use super::connect::{Conn, Connector, Fail, Wake};
 use super::endpoint;
 use super::errors::{is_dropped, is_transient, refusal};
 use super::url::{Credentials, Secrets, TlsFiles};
-use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
+use super::{
+    Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome, Release, Renew,
+};
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -56,6 +58,8 @@ pub struct RedisLock {
     acks: u32,
     /// The server's own append-only file must have them on disk too (`--fsync`).
     fsync: bool,
+    /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command.
+    evalsha: bool,
 }
 
 impl RedisLock {
@@ -79,6 +83,7 @@ impl RedisLock {
             wake: None,
             acks: 0,
             fsync: false,
+            evalsha: true,
         })
     }
 
@@ -174,7 +179,7 @@ impl RedisLock {
 
     /// On a Cluster, every key a script touches must share the lock's hash slot: refuse the
     /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
-    fn check_key(&self, key: &str) -> Result<(), LockError> {
+    pub(super) fn check_key(&self, key: &str) -> Result<(), LockError> {
         if self.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
             return Err(LockError::Misuse(format!(
                 "key '{key}' has a '}}' but no {{hash tag}}: on a Redis Cluster its fencing counter and queue \
@@ -253,9 +258,50 @@ impl RedisLock {
         )))
     }
 
-    /// One `EVAL`. Plain EVAL rather than EVALSHA: the scripts are a few hundred bytes, and a
-    /// short-lived process would otherwise pay NOSCRIPT + SCRIPT LOAD on a fresh server.
-    async fn eval(
+    /// One command (the operators' commands: reads, `SCAN`, `INFO`), with the same bounds and
+    /// error reporting as the lock's own requests. `at`: on a Cluster, the node to ask
+    /// (host, port); otherwise the key's node, or the one server.
+    pub(super) async fn request(
+        &mut self,
+        cmd: redis::Cmd,
+        at: Option<(&str, u16)>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.connection().await?;
+        let reply = match (&mut conn, at) {
+            (Conn::Cluster(c), Some((host, port))) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_string(),
+                    port,
+                });
+                tokio::time::timeout(self.timeout, c.route_command(cmd, routing)).await
+            }
+            (conn, _) => tokio::time::timeout(self.timeout, cmd.query_async::<Value>(conn)).await,
+        };
+        match reply {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if refusal(&e, None).is_some() || is_dropped(&e) || is_transient(&e) => {
+                self.conn = None;
+                Err(self.unavailable(&e))
+            }
+            Ok(Err(e)) => Err(LockError::Misuse(
+                self.secrets
+                    .scrub(&format!("Redis at {} answered: {e}", self.shown)),
+            )),
+            Err(_) => {
+                self.conn = None;
+                Err(self.timed_out("no reply"))
+            }
+        }
+    }
+
+    /// Whether this is a Redis Cluster (whose keys live on several primaries).
+    pub(super) fn is_cluster(&self) -> bool {
+        self.connector.is_cluster()
+    }
+
+    /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]).
+    pub(super) async fn eval(
         &mut self,
         script: &str,
         keys: &[&str],
@@ -311,29 +357,38 @@ impl RedisLock {
         } else {
             script
         };
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(script).arg(keys.len()).arg(keys).arg(args);
-        let reply = if ack && self.acking() {
-            let mut pipe = redis::pipe();
-            pipe.add_command(cmd)
-                .add_command(self.ack_cmd())
-                .ignore_errors();
-            match pipe.query_async::<Vec<Value>>(&mut conn).await {
-                Ok(mut replies) if replies.len() == 2 => {
-                    let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
-                    replies
-                        .pop()
-                        .unwrap_or(Value::Nil)
-                        .extract_error()
-                        .map(|v| (v, acked))
+        // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
+        // less travel per request. A server that does not have the script yet (fresh, restarted,
+        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
+        // that refuses EVALSHA itself (an ACL line from before lockrun used it) gets EVAL from
+        // then on. Either way the script runs once: NOSCRIPT means it did not run.
+        // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
+        // blocked for nothing, and the retry would block again (with --acks the WAIT costs
+        // far more than the script anyway).
+        let by_sha = self.evalsha && !(ack && self.acking());
+        let reply = if by_sha {
+            let sha = script_sha(script);
+            match self.send(&mut conn, "EVALSHA", &sha, keys, args, ack).await {
+                // A server without one script (new, restarted, failed over) has none of them:
+                // the rest of this process sends them whole (each EVAL caches one there, for
+                // the next lockrun), so a run pays one extra round trip at most, and a retry
+                // under faults never pays two.
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    self.evalsha = false;
+                    self.send(&mut conn, "EVAL", script, keys, args, ack).await
                 }
-                Ok(other) => return Err(Failed::Other(unexpected(&Value::Array(other)))),
-                Err(e) => Err(e),
+                Err(e)
+                    if refusal(&e, None).is_some()
+                        && e.to_string().to_ascii_lowercase().contains("evalsha") =>
+                {
+                    tracing::debug!("EVALSHA refused; using EVAL");
+                    self.evalsha = false;
+                    self.send(&mut conn, "EVAL", script, keys, args, ack).await
+                }
+                other => other,
             }
         } else {
-            cmd.query_async::<Value>(&mut conn)
-                .await
-                .map(|v| (v, Ok(())))
+            self.send(&mut conn, "EVAL", script, keys, args, ack).await
         };
         match reply {
             Ok(v) => Ok(v),
@@ -355,6 +410,56 @@ impl RedisLock {
             ))),
         }
     }
+}
+
+impl RedisLock {
+    /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
+    /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
+    async fn send(
+        &self,
+        conn: &mut Conn,
+        eval: &str,
+        body: &str,
+        keys: &[&str],
+        args: &[&str],
+        ack: bool,
+    ) -> redis::RedisResult<(Value, Acked)> {
+        let mut cmd = redis::cmd(eval);
+        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+        if !(ack && self.acking()) {
+            return cmd.query_async::<Value>(conn).await.map(|v| (v, Ok(())));
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd)
+            .add_command(self.ack_cmd())
+            .ignore_errors();
+        let mut replies = pipe.query_async::<Vec<Value>>(conn).await?;
+        if replies.len() != 2 {
+            return Ok((Value::Array(replies), Err(unexpected(&Value::Nil))));
+        }
+        let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
+        replies
+            .pop()
+            .unwrap_or(Value::Nil)
+            .extract_error()
+            .map(|v| (v, acked))
+    }
+}
+
+/// Lowercase hex SHA-1 of a script, as `EVALSHA` names it; computed once per script text.
+fn script_sha(script: &str) -> String {
+    thread_local! {
+        static KNOWN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    KNOWN.with(|known| {
+        let mut known = known.borrow_mut();
+        if let Some((_, sha)) = known.iter().find(|(s, _)| s == script) {
+            return sha.clone();
+        }
+        let sha = sha1_smol::Sha1::from(script).digest().to_string();
+        known.push((script.to_string(), sha.clone()));
+        sha
+    })
 }
 
 /// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
@@ -403,23 +508,31 @@ impl LockService for RedisLock {
         } else {
             "0".into()
         };
+        // Read by the script only when this attempt ends the run (no queueing, lock held).
+        let skipped = Note {
+            outcome: Outcome::Skipped,
+            exit_code: None,
+            duration: Duration::ZERO,
+        };
+        let history = history_args(spec, holder, None, (!queue).then_some(&skipped));
         let sent_at = Instant::now();
-        let key_args = [spec.key.as_str(), &keys.fence, &keys.queue, &keys.tickets];
+        let key_args = [
+            spec.key.as_str(),
+            &keys.fence,
+            &keys.queue,
+            &keys.tickets,
+            &keys.history,
+        ];
         let (reply, acked) = match spec.limit {
             None => {
-                self.eval_acked(
-                    ACQUIRE,
-                    &key_args,
-                    &[&holder.value, &ttl, &holder.id, &ticket],
-                    true,
-                )
-                .await?
+                let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
+                self.eval_acked(ACQUIRE, &key_args, &args, true).await?
             }
             Some(n) => {
                 let n = n.to_string();
                 let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
-                self.eval_acked(SEM_ACQUIRE, &key_args, &args.map(String::as_str), true)
-                    .await?
+                let args = with_history(&args, &history);
+                self.eval_acked(SEM_ACQUIRE, &key_args, &args, true).await?
             }
         };
         let confirmed_at = Instant::now();
@@ -439,7 +552,7 @@ impl LockService for RedisLock {
                 if let Err(e) = acked {
                     // Not on enough replicas: a failover now could hand the key to someone
                     // else. Give it back (token-checked) rather than hold it half-safely.
-                    let _ = self.release(spec, &lease, Duration::ZERO).await;
+                    let _ = self.release(spec, &lease, Duration::ZERO, None).await;
                     return Err(e);
                 }
                 Ok(Acquire::Acquired(lease))
@@ -516,6 +629,7 @@ impl LockService for RedisLock {
         spec: &LockSpec,
         lease: &Lease,
         keep_for: Duration,
+        note: Option<&Note>,
     ) -> Result<Release, LockError> {
         // Round up: keeping a millisecond too long is harmless, too short is not.
         let keep = keep_for.as_micros().div_ceil(1000).to_string();
@@ -525,11 +639,14 @@ impl LockService for RedisLock {
             RELEASE
         };
         let keys = Keys::of(&spec.key);
+        let fence = (lease.fence > 0).then_some(lease.fence);
+        let history = history_args(spec, &lease.holder, fence, note);
+        let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
         let (reply, acked) = self
             .eval_once(
                 script,
-                &[&spec.key, &keys.queue, &keys.tickets],
-                &[&lease.holder.value, &keep, &keys.channel],
+                &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
+                &args,
                 true,
             )
             .await
@@ -558,13 +675,20 @@ impl LockService for RedisLock {
         }
     }
 
-    async fn leave_queue(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
+    async fn leave_queue(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        note: Option<&Note>,
+    ) -> Result<(), LockError> {
         let keys = Keys::of(&spec.key);
         let limit = spec.limit.unwrap_or(0).to_string();
+        let history = history_args(spec, holder, None, note);
+        let args = with_history(&[&holder.id, &limit, &keys.channel], &history);
         self.eval(
             LEAVE,
-            &[&spec.key, &keys.queue, &keys.tickets],
-            &[&holder.id, &limit, &keys.channel],
+            &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
+            &args,
         )
         .await
         .map(|_| ())
@@ -596,11 +720,11 @@ impl LockService for RedisLock {
     }
 }
 
-fn unexpected(v: &Value) -> LockError {
+pub(super) fn unexpected(v: &Value) -> LockError {
     LockError::Misuse(format!("unexpected reply from the lock script: {v:?}"))
 }
 
-fn as_string(v: &Value) -> Option<String> {
+pub(super) fn as_string(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -616,24 +740,70 @@ pub fn wake_channel(key: &str) -> String {
 }
 
 /// The keys that go with a lock key.
-struct Keys {
+pub(super) struct Keys {
     /// Fencing counter; never expires.
-    fence: String,
+    pub(super) fence: String,
     /// Waiters in arrival order, and their tickets' expiry.
-    queue: String,
-    tickets: String,
-    channel: String,
+    pub(super) queue: String,
+    pub(super) tickets: String,
+    pub(super) channel: String,
+    /// The run history stream (`lockrun history`).
+    pub(super) history: String,
 }
 
 impl Keys {
-    fn of(key: &str) -> Keys {
+    pub(super) fn of(key: &str) -> Keys {
         Keys {
             fence: helper_key(key, "fence"),
             queue: helper_key(key, "waiters"),
             tickets: helper_key(key, "tickets"),
             channel: wake_channel(key),
+            history: helper_key(key, "history"),
         }
     }
+}
+
+/// A script's own arguments followed by its history arguments (see [`history_args`]).
+fn with_history<'a>(args: &[&'a String], history: &'a [String]) -> Vec<&'a str> {
+    args.iter()
+        .map(|a| a.as_str())
+        .chain(history.iter().map(String::as_str))
+        .collect()
+}
+
+/// The script arguments that record `note` in the key's history: the cap (0: record nothing),
+/// then the entry's field/value pairs (see `note` in queue.lua). The fields are public: the
+/// holder's public id (which run this was, also across several masters), host and pid; never
+/// the token.
+pub(super) fn history_args(
+    spec: &LockSpec,
+    holder: &Holder,
+    fence: Option<u64>,
+    note: Option<&Note>,
+) -> Vec<String> {
+    let Some(note) = note.filter(|_| spec.history > 0) else {
+        return vec!["0".into()];
+    };
+    let mut args = vec![
+        spec.history.to_string(),
+        "outcome".into(),
+        note.outcome.as_str().into(),
+        "host".into(),
+        holder.host.clone(),
+        "pid".into(),
+        holder.pid.to_string(),
+        "id".into(),
+        holder.id.clone(),
+        "duration_ms".into(),
+        note.duration.as_millis().to_string(),
+    ];
+    if let Some(fence) = fence {
+        args.extend(["fence".into(), fence.to_string()]);
+    }
+    if let Some(code) = note.exit_code {
+        args.extend(["exit_code".into(), code.to_string()]);
+    }
+    args
 }
 
 /// Every key lockrun keeps beside a lock starts with this; lock names may not (see
@@ -664,27 +834,56 @@ fn has_hash_tag(key: &str) -> bool {
 
 impl Holder {
     /// A fresh holder identity: 128 random bits from the OS (the secret token), the public id
-    /// derived from it, plus who and where we are.
-    pub fn new() -> Holder {
+    /// derived from it, plus who and where we are, and which program the lock is for.
+    pub fn new(program: &std::ffi::OsStr) -> Holder {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let id = super::public_id(&token);
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
+            .map(|h| one_word(&h))
             .unwrap_or_else(|| "unknown".into());
+        let pid = std::process::id();
         let value = format!(
-            "{id} host={host} pid={} started={}",
-            std::process::id(),
-            crate::logging::utc_now()
+            "{id} host={host} pid={pid} started={} program={}",
+            crate::logging::utc_now(),
+            program_name(program)
         );
-        Holder { token, id, value }
+        Holder {
+            token,
+            id,
+            value,
+            host,
+            pid,
+        }
     }
 }
 
-impl Default for Holder {
-    fn default() -> Self {
-        Holder::new()
+/// The command's file name as one word of the holder value (what `lockrun status` shows):
+/// only the last path component, as `ps` would show it (a directory may say more than its
+/// operators want every client to read), at most 64 characters, anything that is not a
+/// printable non-space character replaced by `?`.
+pub fn program_name(program: &std::ffi::OsStr) -> String {
+    let lossy = program.to_string_lossy();
+    let base = lossy.rsplit('/').next().unwrap_or_default();
+    let name = one_word(&base.chars().take(64).collect::<String>());
+    if name.is_empty() {
+        "?".into()
+    } else {
+        name
     }
+}
+
+fn one_word(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() || c.is_whitespace() {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -708,11 +907,11 @@ mod tests {
 
     #[test]
     fn holder_value_starts_with_the_public_id_and_never_shows_the_token() {
-        let h = Holder::new();
+        let h = Holder::new(std::ffi::OsStr::new("job"));
         assert_eq!(h.token.len(), 32);
         assert_eq!(h.id, crate::lock::public_id(&h.token));
         assert!(h.value.starts_with(&format!("{} host=", h.id)));
         assert!(!h.value.contains(&h.token));
-        assert_ne!(Holder::new().token, h.token);
+        assert_ne!(Holder::new(std::ffi::OsStr::new("job")).token, h.token);
     }
 }

@@ -16,7 +16,7 @@
 //!   delay instead (no FIFO order under Redlock).
 
 use super::redis::RedisLock;
-use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Release, Renew};
+use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
 use crate::duration::Human;
 use futures_util::future::join_all;
 use std::future::Future;
@@ -177,7 +177,7 @@ impl Redlock {
             .zip(held)
             .filter(|(_, held)| !**held)
             .map(|(node, _)| async move {
-                let release = node.release(spec, lease, Duration::ZERO);
+                let release = node.release(spec, lease, Duration::ZERO, None);
                 if tokio::time::timeout(limit, release).await.is_err() {
                     node.disconnect();
                 }
@@ -312,8 +312,9 @@ impl LockService for Redlock {
         spec: &LockSpec,
         lease: &Lease,
         keep_for: Duration,
+        note: Option<&Note>,
     ) -> Result<Release, LockError> {
-        let replies = all!(self, n => n.release(spec, lease, keep_for));
+        let replies = all!(self, n => n.release(spec, lease, keep_for, note));
         let t = Self::tally(replies);
         // Any node that deleted (or kept) our value proves we held it; the rest expire by TTL.
         if let Some(kept) = t.ok.iter().find(|r| matches!(r, Release::Kept(_))) {
@@ -354,7 +355,16 @@ impl LockService for Redlock {
         )))
     }
 
-    async fn leave_queue(&mut self, _: &LockSpec, _: &Holder) -> Result<(), LockError> {
+    /// No queue to leave; the history entry goes to every node, as a release's does.
+    async fn leave_queue(
+        &mut self,
+        spec: &LockSpec,
+        holder: &Holder,
+        note: Option<&Note>,
+    ) -> Result<(), LockError> {
+        if note.is_some() && spec.history > 0 {
+            let _ = all!(self, n => n.leave_queue(spec, holder, note));
+        }
         Ok(())
     }
 

@@ -1,11 +1,18 @@
 -- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more). After the queue prelude.
--- KEYS[1] semaphore, KEYS[2] queue, KEYS[3] ticket expiries
--- ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel
+-- KEYS[1] semaphore, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history
+-- ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel, ARGV[4..] the run's
+-- history entry (see `note`)
 -- Returns 1 released | 2 kept | 0 not ours
-if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
 local now = now_ms()
+local ours = redis.call('TYPE', KEYS[1]).ok == 'zset' and redis.call('ZSCORE', KEYS[1], ARGV[1])
+-- A slot whose lease ended is not ours, whether or not it was pruned yet.
+ours = ours and tonumber(ours) > now
+note(KEYS[4], 4, not ours)
+if not ours then
+  if redis.call('TYPE', KEYS[1]).ok == 'zset' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
+  return 0
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   redis.call('ZADD', KEYS[1], 'XX', now + keep, ARGV[1])

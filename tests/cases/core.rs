@@ -547,3 +547,31 @@ fn tls_insecure_skips_verification_loudly_and_only_on_tls() {
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("--tls-insecure needs a TLS URL"));
 }
+
+#[test]
+fn scripts_go_by_sha_once_the_server_has_them() {
+    let redis = Redis::start();
+    let calls = || (redis.command_calls("evalsha"), redis.command_calls("eval"));
+    let once = || {
+        let mut cmd = lockrun(&redis);
+        cmd.args(["sha", "true"]);
+        assert_eq!(run(cmd).status.code(), Some(0));
+    };
+    // A new server: the first EVALSHA is answered NOSCRIPT (the script did not run), then
+    // this lockrun sends its scripts whole, and the server keeps them.
+    once();
+    assert_eq!(
+        calls(),
+        (1, 2),
+        "NOSCRIPT once, then EVAL for acquire and release"
+    );
+    // From then on: two requests per run, by SHA.
+    once();
+    once();
+    assert_eq!(calls(), (5, 2));
+    // The server forgot them (SCRIPT FLUSH, like a restart): one more NOSCRIPT, and it works.
+    let _: () = redis.cmd(&["SCRIPT", "FLUSH"]);
+    once();
+    assert_eq!(calls(), (6, 4));
+    assert!(!redis.exists("sha"));
+}

@@ -27,6 +27,17 @@ fn upstream(redis: &Redis) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], redis.port.expect("a TCP redis")))
 }
 
+/// `proxy` after one run through it: the server then has lockrun's scripts, as after any
+/// earlier run in production. (On a new server lockrun's first request is answered NOSCRIPT
+/// and the script does not run; these scenarios are about requests that do run.)
+fn warmed(proxy: Proxy) -> Proxy {
+    let mut cmd = via(&proxy);
+    cmd.args(["warm-up", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    proxy
+}
+
 /// lockrun whose every connection goes through `proxy`.
 fn via(proxy: &Proxy) -> Command {
     let mut cmd = bare_lockrun();
@@ -429,7 +440,7 @@ const LATE: Duration = Duration::from_millis(600);
 fn acquire_late(name: &str, fault: Fault) {
     let ttl = Duration::from_millis(300);
     let redis = Redis::start_tcp();
-    let proxy = Proxy::start(upstream(&redis));
+    let proxy = warmed(Proxy::start(upstream(&redis)));
     let marker = redis.dir.path().join("first.ran");
     let keys = KeyWatch::start(&redis);
     proxy.set(fault);
@@ -518,7 +529,7 @@ fn faults_net_acquire_reply_dropped() {
     let ttl = Duration::from_millis(900);
     let timeout = request_timeout(ttl);
     let redis = Redis::start_tcp();
-    let proxy = Proxy::start(upstream(&redis));
+    let proxy = warmed(Proxy::start(upstream(&redis)));
     let marker = redis.dir.path().join("first.ran");
     let keys = KeyWatch::start(&redis);
     proxy.set(Fault::DropReplies);
@@ -576,7 +587,7 @@ fn faults_net_acquire_reply_dropped() {
 /// ended. `exits` says which exit codes of the holder are acceptable.
 fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[i32]) {
     let redis = Redis::start_tcp();
-    let proxy = Proxy::start(upstream(&redis));
+    let proxy = warmed(Proxy::start(upstream(&redis)));
     let pidfile = redis.dir.path().join("job.pid");
     let keys = KeyWatch::start(&redis);
     let mut cmd = via(&proxy);
@@ -655,7 +666,7 @@ fn faults_net_renewal_replies_delayed() {
 fn faults_net_connection_resets_during_job() {
     let name = "connection-resets";
     let redis = Redis::start_tcp();
-    let proxy = Proxy::start(upstream(&redis));
+    let proxy = warmed(Proxy::start(upstream(&redis)));
     let pidfile = redis.dir.path().join("job.pid");
     let keys = KeyWatch::start(&redis);
     let mut cmd = via(&proxy);

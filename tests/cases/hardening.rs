@@ -112,6 +112,27 @@ fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
 }
 
 #[test]
+fn a_log_level_in_lockrun_log_shows_that_level() {
+    // Before: the "errors are always printed" directive replaced the level itself, so
+    // LOCKRUN_LOG=info, =debug and =trace all printed errors only (an empty stderr for a run).
+    let redis = Redis::start();
+    for (level, expect, absent) in [
+        ("info", "redis lock acquired", "DEBUG"),
+        ("debug", "DEBUG", "TRACE"),
+        ("warn,lockrun=info", "redis lock released", "DEBUG"),
+        ("warn", "", "INFO"),
+    ] {
+        let mut cmd = lockrun(&redis);
+        cmd.env("LOCKRUN_LOG", level).args(["levels", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{level}");
+        let err = stderr_of(&out);
+        assert!(err.contains(expect), "LOCKRUN_LOG={level}: {err}");
+        assert!(!err.contains(absent), "LOCKRUN_LOG={level}: {err}");
+    }
+}
+
+#[test]
 fn usage_errors_are_json_when_json_was_asked_for() {
     let check = |mut cmd: Command| {
         cmd.args(["-t", "0", "k", "true"]);
@@ -190,6 +211,12 @@ fn a_release_whose_reply_was_lost_is_not_reported_as_a_stolen_lock() {
         [127, 0, 0, 1],
         redis.port.expect("a TCP redis"),
     )));
+    // The server has lockrun's scripts already (as after any earlier run): a release by
+    // EVALSHA is then executed at once, not answered NOSCRIPT (a lost NOSCRIPT reply is a
+    // lost request, which is another test).
+    let mut warm = bare_lockrun();
+    warm.arg("-r").arg(proxy.url()).args(["slowrel", "true"]);
+    assert_eq!(run(warm).status.code(), Some(0));
     let mut cmd = bare_lockrun();
     cmd.arg("-r")
         .arg(proxy.url())
@@ -273,6 +300,81 @@ fn help_says_what_the_readme_says() {
     }
     // `[env: LOCKRUN_TTL=]` read as "set to empty".
     assert!(!help.contains("=]"), "{help}");
+}
+
+/// The README's Options table and `--help` name the same options and variables: a flag added
+/// to one and forgotten in the other fails here.
+#[test]
+fn the_readme_options_table_lists_every_option_in_help() {
+    let mut cmd = bare_lockrun();
+    cmd.arg("--help");
+    let help = stdout_of(&run(cmd));
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table: String = readme
+        .split("## Options")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap()
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // `--long` flags and `[env: NAME]` in help, `--long` and `LOCKRUN_*` in the table's
+    // first two columns.
+    let longs = |text: &str| -> std::collections::BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2 && !w.ends_with('-'))
+            .map(str::to_string)
+            .collect()
+    };
+    let vars = |text: &str| -> std::collections::BTreeSet<String> {
+        text.split(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+            .filter(|w| w.starts_with("LOCKRUN_") && w.len() > 8)
+            .map(str::to_string)
+            .collect()
+    };
+    let help_flags: String = help
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut help_longs = longs(&help_flags);
+    help_longs.remove("--help");
+    help_longs.remove("--version");
+    let columns: String = table
+        .lines()
+        .map(|l| l.split(" | ").take(2).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(
+        help_longs,
+        longs(&columns),
+        "--help vs the README's Options table"
+    );
+    let help_vars: std::collections::BTreeSet<String> = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|s| s.split(']').next())
+        .map(str::to_string)
+        .collect();
+    let mut table_vars = vars(&columns);
+    // Read from the environment only (no flag), documented in the table all the same.
+    for env_only in [
+        "LOCKRUN_REDIS_PASSWORD",
+        "LOCKRUN_SENTINEL_PASSWORD",
+        "LOCKRUN_LOG",
+    ] {
+        assert!(
+            table_vars.remove(env_only),
+            "{env_only} missing from the README"
+        );
+    }
+    assert_eq!(
+        help_vars, table_vars,
+        "--help vs the README's Options table"
+    );
 }
 
 #[test]

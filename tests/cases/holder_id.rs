@@ -126,9 +126,9 @@ fn the_key_value_shows_who_holds_it_but_not_the_token() {
     let token = holding.token();
     let value: String = redis.cmd(&["GET", "shown"]);
     assert!(!value.contains(&token), "GET shows the token: {value}");
-    // Still the shape operators read: `<id> host=<h> pid=<p> started=<utc>`.
+    // Still the shape operators read: `<id> host=<h> pid=<p> started=<utc> program=<name>`.
     let words: Vec<&str> = value.split(' ').collect();
-    assert_eq!(words.len(), 4, "{value}");
+    assert_eq!(words.len(), 5, "{value}");
     assert_eq!(words[0].len(), 40, "a SHA-1 in hex: {value}");
     assert!(words[0]
         .chars()
@@ -136,6 +136,7 @@ fn the_key_value_shows_who_holds_it_but_not_the_token() {
     assert!(words[1].starts_with("host="), "{value}");
     assert_eq!(words[2], format!("pid={}", holding.child.id()));
     assert!(words[3].starts_with("started="), "{value}");
+    assert_eq!(words[4], "program=sh", "the command's file name: {value}");
     let (code, _) = holding.finish();
     assert_eq!(code, Some(0));
 }

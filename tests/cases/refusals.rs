@@ -27,8 +27,9 @@ fn refused(cmd: Command, within: Duration, needles: &[&str]) -> String {
 /// The ACL line the README documents, word for word (split for ACL SETUSER).
 const ACL_LINE: &str =
     "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
-    -@all +eval +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
-    +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
+    -@all +eval +evalsha +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
+    +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore \
+    +xadd +xrevrange +scan";
 
 /// A user made by the README's line, named `name`, without the word `without` ("": all).
 fn acl_user(redis: &Redis, name: &str, without: &str) -> String {
@@ -117,6 +118,38 @@ fn the_documented_acl_line_is_enough_for_every_path() {
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
     let queued: i64 = redis.cmd(&["ZCARD", "lockrun:waiters:{acl-held}"]);
     assert_eq!(queued, 0, "the waiter left the queue");
+    // The run history is written (best effort: a refused XADD would go unnoticed otherwise),
+    // and the operators' commands work with the same user.
+    let runs: i64 = redis.cmd(&["XLEN", "lockrun:history:{acl}"]);
+    assert_eq!(runs, 1, "the run of 'acl' in database 0 recorded");
+    for verb in [&["status", "acl"][..], &["list"], &["history", "acl"]] {
+        let mut cmd = bare_lockrun();
+        cmd.arg(verb[0]).arg("-r").arg(&url).args(&verb[1..]);
+        let out = run(cmd);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{verb:?}: {}",
+            stderr_of(&out)
+        );
+        assert_eq!(stderr_of(&out), "", "{verb:?}");
+    }
+}
+
+#[test]
+fn a_user_without_evalsha_still_locks_by_eval() {
+    // ACL lines written before lockrun sent scripts by SHA-1 have +eval only: lockrun then
+    // sends the scripts whole, quietly (one refused EVALSHA per run).
+    let redis = Redis::start_tcp();
+    let url = acl_user(&redis, "nosha", "+evalsha");
+    for _ in 0..2 {
+        let mut cmd = lockrun_at(&url);
+        cmd.args(["-t", "300ms", "nosha", "sleep", "0.3"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(!err.contains("WARN") && !err.contains("ERROR"), "{err}");
+    }
+    assert!(!redis.exists("nosha"));
 }
 
 #[test]

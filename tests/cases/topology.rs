@@ -26,3 +26,71 @@ fn topology_cluster_serves_every_slot() {
         assert_eq!(owner.cli(&["EXISTS", key]), "1", "{key} on {}", owner.port);
     }
 }
+
+#[test]
+fn topology_password_protected_set_and_sentinels_refuse_strangers_and_fail_over() {
+    let set = ReplicaSet::start_with_password(1, "data-pw");
+    let sentinels = Sentinels::start_with_password(&set, 3, "sentinel-pw");
+    assert_eq!(sentinels.master_port(), set.master.port);
+    // Without a password every node refuses (try_cli sees the NOAUTH error as no answer).
+    let stranger = |port: u16| {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "PING"])
+            .env_remove("REDISCLI_AUTH")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap()
+    };
+    assert!(stranger(set.master.port).contains("NOAUTH"));
+    assert!(stranger(sentinels.nodes[0].port).contains("NOAUTH"));
+    let new = sentinels.failover();
+    assert_eq!(new, set.replicas[0].port);
+    assert_eq!(set.node(new).cli(&["SET", "after-failover", "1"]), "OK");
+}
+
+#[test]
+fn topology_a_replica_can_lose_a_key_the_master_keeps() {
+    let set = ReplicaSet::start(1);
+    set.master.cli(&["SET", "doomed", "1"]);
+    set.wait_replicated("doomed");
+    set.replicas[0].lose_key("doomed");
+    assert!(set.master.exists("doomed"));
+    assert!(!set.replicas[0].exists("doomed"));
+    // Still a read-only replica afterwards.
+    let refused = set.replicas[0].try_cli(&["SET", "x", "1"]);
+    assert!(
+        refused.as_deref().is_none_or(|r| r.contains("READONLY")),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn topology_cluster_with_replicas_fails_over_a_shard() {
+    let cluster = Cluster::start_with_replicas(3, 1);
+    assert_eq!(cluster.masters().count(), 3);
+    assert_eq!(cluster.cli(&["SET", "moving", "1"]), "OK");
+    let old = cluster.owner_of("moving").port;
+    let new = cluster.failover_shard_of("moving");
+    assert_ne!(new.port, old);
+    assert_eq!(cluster.owner_of("moving").port, new.port);
+    assert!(new.exists("moving"), "a manual failover loses nothing");
+    assert_eq!(cluster.masters().count(), 3);
+}
+
+#[test]
+fn topology_tls_sentinels_and_cluster_work_over_tls_only() {
+    let set = ReplicaSet::start_tls(1);
+    let sentinels = Sentinels::start(&set, 3);
+    assert_eq!(sentinels.master_port(), set.master.port);
+    assert_eq!(set.master.cli(&["SET", "over-tls", "1"]), "OK");
+    set.wait_replicated("over-tls");
+    let cluster = Cluster::start_tls(3);
+    assert_eq!(cluster.cli(&["SET", "over-tls", "1"]), "OK");
+    assert!(cluster.owner_of("over-tls").exists("over-tls"));
+    // Plain text is refused: the ports speak only TLS.
+    let plain = std::process::Command::new("redis-cli")
+        .args(["-p", &set.master.port.to_string(), "PING"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("PONG"));
+}

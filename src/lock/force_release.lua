@@ -1,0 +1,25 @@
+-- `lockrun release --force`: delete a lock or a whole semaphore whoever holds it, record it in
+-- the key's history, and wake the head of the queue (after the queue prelude).
+-- KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] fencing counter, KEYS[5] history
+-- ARGV[1] wake channel, ARGV[2..] the history entry (see `note`)
+-- Returns {type, fence or '', the deleted holder values...}; type 'none' (nothing deleted) or
+-- another type than a lock's (nothing touched: not lockrun's) leaves everything as it was.
+local kind = redis.call('TYPE', KEYS[1]).ok
+local fence = ''
+if redis.call('TYPE', KEYS[4]).ok == 'string' then fence = redis.call('GET', KEYS[4]) end
+if kind ~= 'string' and kind ~= 'zset' then return {kind, fence} end
+local out = {kind, fence}
+if kind == 'string' then
+  table.insert(out, redis.call('GET', KEYS[1]))
+else
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now_ms(), '+inf')) do
+    table.insert(out, member)
+  end
+end
+redis.call('DEL', KEYS[1])
+note(KEYS[5], 2)
+if not bad_queue(KEYS[2], KEYS[3]) then
+  prune_queue(KEYS[2], KEYS[3], now_ms())
+  wake_head(KEYS[2], ARGV[1])
+end
+return out

@@ -1,0 +1,283 @@
+//! Looking at locks from outside, for the operators' commands (`status`, `list`, `release`,
+//! `history`): what one server says about a key. Composing several masters is `ops`' business.
+//!
+//! Like the lock protocol, every read of one key is one `EVAL`, so what it shows is one
+//! consistent moment (holder, TTL, fence and queue read together).
+
+use super::redis::{as_string, history_args, unexpected, Keys, RedisLock};
+use super::{Holder, LockError, LockSpec, Note};
+use redis::Value;
+use std::time::Duration;
+
+const INSPECT: &str = include_str!("inspect.lua");
+const FORCE_RELEASE: &str = concat!(include_str!("queue.lua"), include_str!("force_release.lua"));
+
+/// One key as one server sees it.
+#[derive(Clone, Debug, Default)]
+pub struct Inspection {
+    /// Redis' type of the key: `none` (free), `string` (a lock), `zset` (a semaphore), or
+    /// something lockrun never writes.
+    pub kind: String,
+    /// The fencing counter: the last fence handed out for this key.
+    pub fence: Option<u64>,
+    /// Waiters with a live ticket, and the one whose turn is next (public id, time queued).
+    pub waiters: u64,
+    pub next: Option<(String, Duration)>,
+    /// Holder values and what is left of their leases (`None`: no expiry, set by hand).
+    pub holders: Vec<(String, Option<Duration>)>,
+}
+
+/// What `release --force` deleted.
+#[derive(Clone, Debug, Default)]
+pub struct Deleted {
+    pub kind: String,
+    pub fence: Option<u64>,
+    pub holders: Vec<String>,
+}
+
+/// One run in a key's history (see `note` in queue.lua).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// When it was written, in ms of the server's clock (the stream entry's id).
+    pub time_ms: u64,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Entry {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl RedisLock {
+    pub async fn inspect(&mut self, key: &str) -> Result<Inspection, LockError> {
+        self.check_key(key)?;
+        let k = Keys::of(key);
+        let reply = self
+            .eval(INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
+            .await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let text = |i: usize| items.get(i).and_then(as_string).unwrap_or_default();
+        let int = |i: usize| match items.get(i) {
+            Some(Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let mut holders = Vec::new();
+        let mut i = 5;
+        while i + 1 < items.len() {
+            let left = int(i + 1).and_then(|ms| u64::try_from(ms).ok());
+            holders.push((text(i), left.map(Duration::from_millis)));
+            i += 2;
+        }
+        let next = text(3);
+        Ok(Inspection {
+            kind: text(0),
+            fence: text(1).parse().ok(),
+            waiters: int(2).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
+            next: (!next.is_empty()).then(|| {
+                let since = int(4).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+                (next, Duration::from_millis(since))
+            }),
+            holders,
+        })
+    }
+
+    /// Deletes `key` whoever holds it, and records `note` (by `operator`) in its history.
+    /// `None`: there was no lock to delete.
+    pub async fn force_release(
+        &mut self,
+        key: &str,
+        history: u32,
+        operator: &Holder,
+        note: &Note,
+    ) -> Result<Option<Deleted>, LockError> {
+        self.check_key(key)?;
+        let k = Keys::of(key);
+        let spec = LockSpec {
+            key: key.into(),
+            ttl: Duration::ZERO,
+            limit: None,
+            history,
+        };
+        let mut args = vec![k.channel.clone()];
+        args.extend(history_args(&spec, operator, None, Some(note)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let keys = [key, &k.queue, &k.tickets, &k.fence, &k.history];
+        let reply = self.eval(FORCE_RELEASE, &keys, &args).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let text: Vec<String> = items
+            .iter()
+            .map(|v| as_string(v).unwrap_or_default())
+            .collect();
+        let kind = text.first().cloned().unwrap_or_default();
+        let fence = text.get(1).and_then(|f| f.parse().ok());
+        match kind.as_str() {
+            "none" => Ok(None),
+            "string" | "zset" => Ok(Some(Deleted {
+                kind,
+                fence,
+                holders: text[2..].to_vec(),
+            })),
+            other => Err(LockError::Misuse(format!(
+                "key '{key}' is a Redis {other}, not a lock: lockrun leaves it alone"
+            ))),
+        }
+    }
+
+    /// The newest `count` entries of `key`'s history, newest first.
+    pub async fn history(&mut self, key: &str, count: u32) -> Result<Vec<Entry>, LockError> {
+        self.check_key(key)?;
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(Keys::of(key).history)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count);
+        let reply = match self.request(cmd, None).await {
+            Err(LockError::Misuse(m)) if m.contains("WRONGTYPE") => {
+                return Err(LockError::Misuse(format!(
+                    "the history key of '{key}' ({}) is not a stream: changed by hand?",
+                    Keys::of(key).history
+                )))
+            }
+            other => other?,
+        };
+        let Value::Array(entries) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let Value::Array(parts) = entry else { continue };
+            let (Some(id), Some(Value::Array(flat))) =
+                (parts.first().and_then(as_string), parts.get(1))
+            else {
+                continue;
+            };
+            let time_ms = id
+                .split('-')
+                .next()
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or(0);
+            let fields = flat
+                .chunks_exact(2)
+                .filter_map(|kv| Some((as_string(&kv[0])?, as_string(&kv[1])?)))
+                .collect();
+            out.push(Entry { time_ms, fields });
+        }
+        Ok(out)
+    }
+
+    /// The names of every lock this server has handed a fence for (the fencing counters
+    /// outlive the locks), by `SCAN` (never `KEYS`: it blocks the server) on every primary.
+    pub async fn known_keys(&mut self) -> Result<Vec<String>, LockError> {
+        let prefix = format!("{}fence:", super::redis::RESERVED_PREFIX);
+        let mut names = Vec::new();
+        for node in self.primaries().await? {
+            let at = node.as_ref().map(|(h, p)| (h.as_str(), *p));
+            let mut cursor = "0".to_string();
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(&cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}*"))
+                    .arg("COUNT")
+                    .arg(1000);
+                let reply = self.request(cmd, at).await?;
+                let Value::Array(parts) = reply else {
+                    return Err(unexpected(&reply));
+                };
+                cursor = parts
+                    .first()
+                    .and_then(as_string)
+                    .unwrap_or_else(|| "0".into());
+                if let Some(Value::Array(keys)) = parts.get(1) {
+                    for k in keys.iter().filter_map(as_string) {
+                        if let Some(name) = k.strip_prefix(&prefix).and_then(lock_name) {
+                            names.push(name);
+                        }
+                    }
+                }
+                if cursor == "0" {
+                    break;
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// Every primary to scan: the one server (`None`), or each Cluster primary's address.
+    async fn primaries(&mut self) -> Result<Vec<Option<(String, u16)>>, LockError> {
+        if !self.is_cluster() {
+            return Ok(vec![None]);
+        }
+        let reply = self
+            .request(redis::cmd("CLUSTER").arg("SLOTS").clone(), None)
+            .await?;
+        let Value::Array(ranges) = reply else {
+            return Err(unexpected(&reply));
+        };
+        let mut out = Vec::new();
+        for range in ranges {
+            // [start, end, [host, port, id, ...], replicas...]: the first node is the primary.
+            let Value::Array(parts) = range else { continue };
+            let Some(Value::Array(primary)) = parts.get(2) else {
+                continue;
+            };
+            let host = primary.first().and_then(as_string);
+            let port = match primary.get(1) {
+                Some(Value::Int(p)) => u16::try_from(*p).ok(),
+                _ => None,
+            };
+            if let (Some(host), Some(port)) = (host, port) {
+                let node = Some((host, port));
+                if !out.contains(&node) {
+                    out.push(node);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The lock name inside a helper key's suffix: `{KEY}` or `=KEY` (see `helper_key`).
+fn lock_name(suffix: &str) -> Option<String> {
+    if let Some(raw) = suffix.strip_prefix('=') {
+        return Some(raw.to_string());
+    }
+    suffix
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::redis::helper_key;
+
+    #[test]
+    fn lock_names_come_back_from_their_helper_keys() {
+        for name in [
+            "nightly",
+            "job:{tenant}:x",
+            "a}b",
+            "a{b",
+            "{x}",
+            "with space",
+        ] {
+            let fence = helper_key(name, "fence");
+            let suffix = fence.strip_prefix("lockrun:fence:").unwrap();
+            assert_eq!(lock_name(suffix).as_deref(), Some(name), "{fence}");
+        }
+        assert_eq!(lock_name("garbage"), None);
+    }
+}

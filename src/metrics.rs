@@ -1,0 +1,430 @@
+//! `--metrics-file`: how the run ended, as Prometheus text (exposition format 0.0.4), for cron
+//! jobs watched through node_exporter's textfile collector.
+//!
+//! The metric names and labels are a contract: alert rules are written against them. The file
+//! is replaced atomically (a temporary file in the same directory, renamed over it), so the
+//! collector, which may read at any moment, sees the previous run's file or this one's, never
+//! half of one.
+
+use crate::exit_codes::ExitCode;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use crate::lock::Outcome;
+
+/// The outcomes the `outcome` label takes, in the order the file lists them (`released` is
+/// an operator's action in a key's history, never how a run ends).
+pub const OUTCOMES: [Outcome; 5] = [
+    Outcome::Ran,
+    Outcome::Skipped,
+    Outcome::Lost,
+    Outcome::Aborted,
+    Outcome::Error,
+];
+
+/// The outcome of a run that ended with `code`. `lost`: the lock was lost while the job ran
+/// (with `--on-lost continue` the code is then the job's own). `interrupted`: lockrun received
+/// SIGTERM, SIGINT, SIGHUP or SIGQUIT before the job was gone. The metrics file and the key's
+/// history (`lockrun history`) both say this.
+///
+/// The exit code alone cannot tell "stopped from outside" from "finished": a job that traps
+/// SIGTERM exits with a code of its choosing (often 0), and one that kills itself with SIGTERM
+/// exits 143 with nobody having stopped it. So the signal is judged by what lockrun received,
+/// not by the code. A lost lock wins over a signal: it is the one an operator must hear about
+/// (the job may have run unprotected).
+pub fn outcome_of(code: ExitCode, lost: bool, interrupted: bool) -> Outcome {
+    match code {
+        ExitCode::Conflict(_) => Outcome::Skipped,
+        ExitCode::LockLost => Outcome::Lost,
+        ExitCode::Aborted(_) => Outcome::Aborted,
+        ExitCode::Usage
+        | ExitCode::Unavailable
+        | ExitCode::Internal
+        | ExitCode::NotExecutable
+        | ExitCode::NotFound => Outcome::Error,
+        ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,
+        ExitCode::Command(_) | ExitCode::Signaled(_) if interrupted => Outcome::Aborted,
+        ExitCode::Command(_) | ExitCode::Signaled(_) => Outcome::Ran,
+    }
+}
+
+/// What one run did, filled in as it goes ([`crate::app`]) and finished when it ends
+/// ([`RunRecord::finish`]). Plain data: the metrics file is one rendering of it.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    /// The lock name (`KEY`): what the lines are labelled with.
+    pub key: String,
+    pub outcome: Outcome,
+    /// lockrun's own exit code.
+    pub exit_code: i32,
+    /// From the start until the lock was acquired, or given up.
+    pub wait: Duration,
+    /// How long this lockrun held the lock (zero when it never did); summed if it had to give
+    /// a lease back and take the lock again while waiting.
+    pub held: Duration,
+    /// Renewals the server confirmed.
+    pub renewals: u64,
+    /// Renewal attempts that failed or timed out (retried until the lease's deadline).
+    pub renewal_failures: u64,
+    /// `LOCKRUN_FENCE` of the lease the command ran under; zero when never acquired.
+    pub fence: u64,
+    /// The lock was lost while the job ran; an input to [`outcome_of`].
+    pub lost: bool,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    /// `start` on the monotonic clock, for the durations (a wall clock can jump).
+    started: Instant,
+}
+
+impl RunRecord {
+    /// A run of `key` starting now; until [`RunRecord::finish`] it reads as an error.
+    pub fn begin(key: &str) -> RunRecord {
+        let now = SystemTime::now();
+        RunRecord {
+            key: key.to_string(),
+            outcome: Outcome::Error,
+            exit_code: 0,
+            wait: Duration::ZERO,
+            held: Duration::ZERO,
+            renewals: 0,
+            renewal_failures: 0,
+            fence: 0,
+            lost: false,
+            start: now,
+            end: now,
+            started: Instant::now(),
+        }
+    }
+
+    /// Time since the run started, on the monotonic clock.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// When the run started, on the monotonic clock.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The run ended with `code`; `interrupted` as for [`outcome_of`].
+    pub fn finish(&mut self, code: ExitCode, interrupted: bool) {
+        self.exit_code = code.code();
+        self.outcome = outcome_of(code, self.lost, interrupted);
+        self.end = SystemTime::now();
+    }
+}
+
+/// Writes `record` to `path` atomically; a failure is one warning line and nothing else: the
+/// job's exit code is what cron and the caller act on, the file is only for monitoring (a
+/// file that stops being updated is what an alert on its end timestamp catches).
+pub fn write(path: &Path, record: &RunRecord) {
+    if let Err(e) = write_atomically(path, render(record).as_bytes()) {
+        tracing::warn!("cannot write metrics file {}: {e}", path.display());
+    }
+}
+
+/// A temporary file beside `path` (same directory, hence same file system, so `rename` is
+/// atomic), then renamed over it. Not fsynced: after a crash the collector may miss one run,
+/// which costs less than a disk flush on every cron tick.
+fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    let tmp = temporary_path(path)?;
+    let result = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(text).and_then(|()| f.flush()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        // Nothing half-written may stay behind (the collector ignores dot files, but a full
+        // directory would not).
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// `dir/.<name>.tmp.<pid>`: hidden (the collector only reads `*.prom`), and unique per process.
+fn temporary_path(path: &Path) -> std::io::Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    Ok(path.with_file_name(tmp_name))
+}
+
+/// A metric family with one line: name, help text, and its value for a record.
+type Gauge = (&'static str, &'static str, fn(&RunRecord) -> String);
+
+/// The families after `lockrun_last_run_outcome` (which has a line per outcome), in the order
+/// written.
+const GAUGES: [Gauge; 8] = [
+    (
+        "lockrun_last_run_exit_code",
+        "lockrun's own exit code in the last run.",
+        |r| r.exit_code.to_string(),
+    ),
+    (
+        "lockrun_last_run_wait_seconds",
+        "Seconds from the start of the last run until the lock was acquired or given up.",
+        |r| seconds(r.wait),
+    ),
+    (
+        "lockrun_last_run_held_seconds",
+        "Seconds the last run held the lock (0 if it never acquired it).",
+        |r| seconds(r.held),
+    ),
+    (
+        "lockrun_last_run_renewals",
+        "Lease renewals the server confirmed in the last run.",
+        |r| r.renewals.to_string(),
+    ),
+    (
+        "lockrun_last_run_renewal_failures",
+        "Lease renewal attempts that failed or timed out in the last run.",
+        |r| r.renewal_failures.to_string(),
+    ),
+    (
+        "lockrun_last_run_fence",
+        "Fencing number of the lease the last run held (0 if it never acquired the lock).",
+        |r| r.fence.to_string(),
+    ),
+    (
+        "lockrun_last_run_start_timestamp_seconds",
+        "Unix time the last run started.",
+        |r| timestamp(r.start),
+    ),
+    (
+        "lockrun_last_run_end_timestamp_seconds",
+        "Unix time the last run ended.",
+        |r| timestamp(r.end),
+    ),
+];
+
+/// The file's text: every family with `# HELP` and `# TYPE … gauge`, every line ending in `\n`.
+pub fn render(record: &RunRecord) -> String {
+    let key = escape_label_value(&record.key);
+    let mut out = String::with_capacity(2048);
+    let name = "lockrun_last_run_outcome";
+    let _ = writeln!(
+        out,
+        "# HELP {name} How the last run ended: 1 for its outcome, 0 for the others."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for o in OUTCOMES {
+        let v = u8::from(o == record.outcome);
+        let _ = writeln!(
+            out,
+            "{name}{{key=\"{key}\",outcome=\"{}\"}} {v}",
+            o.as_str()
+        );
+    }
+    for (name, help, value) in GAUGES {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name}{{key=\"{key}\"}} {}", value(record));
+    }
+    out
+}
+
+/// A label value as the text format wants it: `\`, `"` and newline escaped, nothing else.
+pub fn escape_label_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Seconds as a float; Rust prints f64 without an exponent, which every parser reads.
+fn seconds(d: Duration) -> String {
+    d.as_secs_f64().to_string()
+}
+
+fn timestamp(t: SystemTime) -> String {
+    // A clock before 1970 is a broken clock; 0 says so plainly instead of failing the write.
+    seconds(t.duration_since(UNIX_EPOCH).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str) -> RunRecord {
+        let start = UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
+        RunRecord {
+            key: key.into(),
+            outcome: Outcome::Ran,
+            exit_code: 3,
+            wait: Duration::from_millis(1500),
+            held: Duration::from_millis(2250),
+            renewals: 7,
+            renewal_failures: 1,
+            fence: 42,
+            lost: false,
+            start,
+            end: start + Duration::from_millis(3750),
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_file_byte_for_byte() {
+        let expected = "\
+# HELP lockrun_last_run_outcome How the last run ended: 1 for its outcome, 0 for the others.
+# TYPE lockrun_last_run_outcome gauge
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"ran\"} 1
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"skipped\"} 0
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"lost\"} 0
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"aborted\"} 0
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"error\"} 0
+# HELP lockrun_last_run_exit_code lockrun's own exit code in the last run.
+# TYPE lockrun_last_run_exit_code gauge
+lockrun_last_run_exit_code{key=\"nightly\"} 3
+# HELP lockrun_last_run_wait_seconds Seconds from the start of the last run until the lock was acquired or given up.
+# TYPE lockrun_last_run_wait_seconds gauge
+lockrun_last_run_wait_seconds{key=\"nightly\"} 1.5
+# HELP lockrun_last_run_held_seconds Seconds the last run held the lock (0 if it never acquired it).
+# TYPE lockrun_last_run_held_seconds gauge
+lockrun_last_run_held_seconds{key=\"nightly\"} 2.25
+# HELP lockrun_last_run_renewals Lease renewals the server confirmed in the last run.
+# TYPE lockrun_last_run_renewals gauge
+lockrun_last_run_renewals{key=\"nightly\"} 7
+# HELP lockrun_last_run_renewal_failures Lease renewal attempts that failed or timed out in the last run.
+# TYPE lockrun_last_run_renewal_failures gauge
+lockrun_last_run_renewal_failures{key=\"nightly\"} 1
+# HELP lockrun_last_run_fence Fencing number of the lease the last run held (0 if it never acquired the lock).
+# TYPE lockrun_last_run_fence gauge
+lockrun_last_run_fence{key=\"nightly\"} 42
+# HELP lockrun_last_run_start_timestamp_seconds Unix time the last run started.
+# TYPE lockrun_last_run_start_timestamp_seconds gauge
+lockrun_last_run_start_timestamp_seconds{key=\"nightly\"} 1700000000.25
+# HELP lockrun_last_run_end_timestamp_seconds Unix time the last run ended.
+# TYPE lockrun_last_run_end_timestamp_seconds gauge
+lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
+";
+        let text = render(&record("nightly"));
+        assert_eq!(text, expected);
+        // Every line, the last included, ends in a newline; no carriage returns, no blank lines.
+        assert!(text.ends_with('\n'));
+        assert!(text.split_terminator('\n').all(|l| !l.is_empty()));
+        assert!(!text.contains('\r'));
+    }
+
+    #[test]
+    fn each_family_has_help_and_type_before_its_samples() {
+        let text = render(&record("k"));
+        let mut families = Vec::new();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(rest) = l.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap();
+                assert_eq!(lines[i + 1], format!("# TYPE {name} gauge"));
+                assert!(lines[i + 2].starts_with(&format!("{name}{{key=\"k\"")));
+                families.push(name.to_string());
+            }
+        }
+        assert_eq!(families.len(), 9, "{families:?}");
+    }
+
+    #[test]
+    fn exactly_one_outcome_is_one() {
+        for o in OUTCOMES {
+            let mut r = record("k");
+            r.outcome = o;
+            let text = render(&r);
+            let ones: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("lockrun_last_run_outcome{") && l.ends_with(" 1"))
+                .collect();
+            assert_eq!(
+                ones,
+                [format!(
+                    "lockrun_last_run_outcome{{key=\"k\",outcome=\"{}\"}} 1",
+                    o.as_str()
+                )]
+            );
+            assert_eq!(
+                text.lines()
+                    .filter(|l| l.starts_with("lockrun_last_run_outcome{"))
+                    .count(),
+                5
+            );
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label_value("plain-key:1"), "plain-key:1");
+        assert_eq!(escape_label_value(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(escape_label_value("line\nbreak"), "line\\nbreak");
+        // Only those three: tabs, braces, commas and non-ASCII are fine inside quotes.
+        assert_eq!(escape_label_value("t\t{x},ü"), "t\t{x},ü");
+        let text = render(&record("we\"ird\\\nkey"));
+        assert!(text.contains("lockrun_last_run_fence{key=\"we\\\"ird\\\\\\nkey\"} 42\n"));
+        assert_eq!(text.lines().count(), 5 + 2 + 8 * 3, "no line was split");
+    }
+
+    #[test]
+    fn outcomes_of_every_ending() {
+        use ExitCode::*;
+        let of = outcome_of;
+        assert_eq!(of(Command(0), false, false), Outcome::Ran);
+        assert_eq!(of(Command(3), false, false), Outcome::Ran);
+        // A job that died of a signal nobody sent through lockrun (OOM killer, its own kill).
+        assert_eq!(of(Signaled(9), false, false), Outcome::Ran);
+        assert_eq!(of(Conflict(75), false, false), Outcome::Skipped);
+        assert_eq!(of(Conflict(0), false, false), Outcome::Skipped);
+        assert_eq!(of(LockLost, true, false), Outcome::Lost);
+        assert_eq!(of(LockLost, false, false), Outcome::Lost);
+        // --on-lost continue: the job's own code, still lost; also if a signal came too.
+        assert_eq!(of(Command(5), true, false), Outcome::Lost);
+        assert_eq!(of(Command(0), true, true), Outcome::Lost);
+        assert_eq!(of(Aborted(15), false, true), Outcome::Aborted);
+        // Forwarded SIGTERM: the job died of it, or trapped it and chose its code.
+        assert_eq!(of(Signaled(15), false, true), Outcome::Aborted);
+        assert_eq!(of(Command(0), false, true), Outcome::Aborted);
+        for code in [Usage, Unavailable, Internal, NotExecutable, NotFound] {
+            assert_eq!(of(code, false, false), Outcome::Error, "{code:?}");
+            assert_eq!(of(code, false, true), Outcome::Error, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn finish_sets_outcome_code_and_end() {
+        let mut r = RunRecord::begin("k");
+        r.lost = true;
+        r.finish(ExitCode::Command(5), false);
+        assert_eq!((r.outcome, r.exit_code), (Outcome::Lost, 5));
+        assert!(r.end >= r.start);
+    }
+
+    #[test]
+    fn written_atomically_and_nothing_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.prom");
+        std::fs::write(&path, "old\n").unwrap();
+        write_atomically(&path, b"new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["job.prom"]);
+        assert_eq!(
+            temporary_path(Path::new("d/job.prom")).unwrap(),
+            Path::new(&format!("d/.job.prom.tmp.{}", std::process::id()))
+        );
+        assert_eq!(
+            temporary_path(Path::new("job.prom")).unwrap(),
+            Path::new(&format!(".job.prom.tmp.{}", std::process::id()))
+        );
+        // A directory that does not exist: an error, no file anywhere.
+        assert!(write_atomically(&dir.path().join("missing/job.prom"), b"x\n").is_err());
+        assert!(temporary_path(Path::new("/")).is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! `lockrun history KEY`: the key's last runs, newest first, from the stream the lock scripts
+//! append to (`--history`): when, which host and pid, fence, outcome, exit code, duration.
+
+use super::{ask_all, print_json, rough};
+use crate::exit_codes::ExitCode;
+use crate::lock::inspect::Entry;
+use crate::lock::redis::RedisLock;
+use crate::lock::LockError;
+use crate::logging::format_utc;
+use serde_json::json;
+use std::time::Duration;
+
+pub async fn run(
+    nodes: &mut [RedisLock],
+    key: &str,
+    count: u32,
+    json: bool,
+) -> Result<ExitCode, LockError> {
+    let lists = ask_all(nodes, async |node: &mut RedisLock| {
+        node.history(key, count).await
+    })
+    .await?;
+    let entries = merge(lists, count as usize);
+    if json {
+        print_json(&serde_json::Value::Array(
+            entries.iter().map(document).collect(),
+        ));
+    } else if entries.is_empty() {
+        println!("no runs recorded for '{key}'");
+    } else {
+        print!("{}", table(&entries));
+    }
+    Ok(ExitCode::Command(0))
+}
+
+/// Newest first, each run once. One run can be recorded more than once: a release retried
+/// after its reply was lost (the retry finds the key gone and says "lost"), or several masters
+/// (Redlock) each recording it, one of them maybe "skipped" (held there while a majority
+/// granted it) or "lost" (its copy expired). A run's entries share its id; the one kept says
+/// what the run did: ran, then aborted/error/released, then lost, then skipped.
+fn merge(lists: Vec<Vec<Entry>>, count: usize) -> Vec<Entry> {
+    let rank = |e: &Entry| match e.get("outcome") {
+        Some("ran") => 0,
+        Some("lost") => 2,
+        Some("skipped") => 3,
+        _ => 1,
+    };
+    let mut best: Vec<Entry> = Vec::new();
+    for e in lists.into_iter().flatten() {
+        let same = e
+            .get("id")
+            .and_then(|id| best.iter().position(|o| o.get("id") == Some(id)));
+        match same {
+            Some(i) if rank(&e) < rank(&best[i]) => best[i] = e,
+            Some(_) => {}
+            None => best.push(e),
+        }
+    }
+    best.sort_by_key(|e| std::cmp::Reverse(e.time_ms));
+    best.truncate(count);
+    best
+}
+
+fn number(e: &Entry, name: &str) -> serde_json::Value {
+    e.get(name)
+        .and_then(|v| v.parse::<i64>().ok())
+        .map_or(serde_json::Value::Null, Into::into)
+}
+
+fn document(e: &Entry) -> serde_json::Value {
+    json!({
+        "time": format_utc(e.time_ms / 1000),
+        "time_ms": e.time_ms,
+        "host": e.get("host"),
+        "pid": number(e, "pid"),
+        "fence": number(e, "fence"),
+        "outcome": e.get("outcome"),
+        "exit_code": number(e, "exit_code"),
+        "duration_ms": number(e, "duration_ms"),
+    })
+}
+
+fn table(entries: &[Entry]) -> String {
+    let mut lines = vec![[
+        "TIME", "OUTCOME", "EXIT", "DURATION", "HOST", "PID", "FENCE",
+    ]
+    .map(String::from)];
+    for e in entries {
+        let field = |name: &str| e.get(name).unwrap_or("-").to_string();
+        let duration = e
+            .get("duration_ms")
+            .and_then(|d| d.parse().ok())
+            .map_or("-".into(), |ms| rough(Duration::from_millis(ms)));
+        lines.push([
+            format_utc(e.time_ms / 1000),
+            field("outcome"),
+            field("exit_code"),
+            duration,
+            field("host"),
+            field("pid"),
+            field("fence"),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| {
+            lines
+                .iter()
+                .map(|l| l[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for l in &lines {
+        let cells: Vec<String> = l
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(t: u64, id: &str, outcome: &str) -> Entry {
+        Entry {
+            time_ms: t,
+            fields: vec![("id".into(), id.into()), ("outcome".into(), outcome.into())],
+        }
+    }
+
+    #[test]
+    fn runs_are_merged_newest_first_and_once() {
+        let a = vec![entry(3, "x", "ran"), entry(1, "y", "skipped")];
+        let b = vec![
+            entry(3, "x", "ran"),
+            entry(2, "x", "skipped"),
+            entry(1, "y", "skipped"),
+        ];
+        let merged = merge(vec![a, b], 10);
+        let shown: Vec<(u64, &str)> = merged
+            .iter()
+            .map(|e| (e.time_ms, e.get("outcome").unwrap()))
+            .collect();
+        assert_eq!(shown, [(3, "ran"), (1, "skipped")]);
+        assert_eq!(
+            merge(vec![vec![entry(5, "a", "ran"), entry(4, "b", "ran")]], 1).len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! The operators' commands: `status`, `list`, `release`, `history`, `doctor`.
+//!
+//! Each takes the run form's connection options, asks the server(s) once, and prints text for
+//! people or one JSON document (`--json`) for scripts on stdout; lockrun's own log lines (an
+//! unavailable server, what `release --force` deleted) go to stderr as in the run form. With
+//! several masters (Redlock) every command asks all of them: a lock is held when a majority
+//! shows the same holder, as for the run form.
+
+mod doctor;
+mod glob;
+mod history;
+mod list;
+mod release;
+mod status;
+
+use crate::cli::verbs::Verb;
+use crate::cli::Connection;
+use crate::exit_codes::ExitCode;
+use crate::lock::inspect::Inspection;
+use crate::lock::redis::RedisLock;
+use crate::lock::{describe_holder, LockError};
+use std::time::Duration;
+use tracing::error;
+
+/// Each request's bound when `--node-timeout` does not say: an operator waits longer than a
+/// lock's renewal could, but not for the OS's TCP timeout.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+pub fn main(verb: Verb) -> ExitCode {
+    if let Err(code) = crate::init_logging(&verb.common().logs) {
+        return code;
+    }
+    match crate::runtime() {
+        Ok(runtime) => runtime.block_on(run(verb)),
+        Err(code) => code,
+    }
+}
+
+async fn run(verb: Verb) -> ExitCode {
+    let mut nodes = match connect(&verb.common().conn) {
+        Ok(nodes) => nodes,
+        Err(msg) => {
+            error!("{msg}");
+            return ExitCode::Usage;
+        }
+    };
+    let json = verb.common().json;
+    let result = match &verb {
+        Verb::Status(v) => status::run(&mut nodes, &v.key, json).await,
+        Verb::List(v) => list::run(&mut nodes, &v.pattern, v.all, json).await,
+        Verb::Release(v) => release::run(&mut nodes, &v.key, v.force, json).await,
+        Verb::History(v) => history::run(&mut nodes, &v.key, v.count, json).await,
+        Verb::Doctor(v) => doctor::run(&mut nodes, v.key.as_deref(), json).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => failed(&e),
+    }
+}
+
+/// One client per URL (several: Redlock masters), nothing connected yet.
+fn connect(conn: &Connection) -> Result<Vec<RedisLock>, String> {
+    let urls = conn.urls()?;
+    let timeout = conn.node_timeout.unwrap_or(TIMEOUT);
+    let access = crate::app::access(conn)?;
+    urls.iter()
+        .map(|url| RedisLock::new(url, &access, timeout))
+        .collect()
+}
+
+fn failed(e: &LockError) -> ExitCode {
+    error!("{e}");
+    match e {
+        LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
+        LockError::Misuse(_) => ExitCode::Usage,
+    }
+}
+
+/// The majority of `n` masters (1 of 1).
+fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// Asks every node; with several masters, nodes that fail are tolerated as long as a majority
+/// answers (their errors are logged as warnings), as the run form tolerates them.
+async fn ask_all<T, F>(nodes: &mut [RedisLock], mut ask: F) -> Result<Vec<T>, LockError>
+where
+    F: AsyncFnMut(&mut RedisLock) -> Result<T, LockError>,
+{
+    let n = nodes.len();
+    let mut answers = Vec::new();
+    let mut worst = None;
+    for node in nodes.iter_mut() {
+        match ask(node).await {
+            Ok(v) => answers.push(v),
+            Err(e @ LockError::Misuse(_)) => return Err(e),
+            Err(e) if n == 1 => return Err(e),
+            Err(e) => {
+                tracing::warn!("{e}");
+                worst = Some(e);
+            }
+        }
+    }
+    if answers.len() < quorum(n) {
+        return Err(worst.unwrap_or_else(|| LockError::Unavailable("no answer".into())));
+    }
+    Ok(answers)
+}
+
+/// A lock as several masters show it: held when a majority has the same holder value (TTL:
+/// the shortest among them; fence: the highest any node handed out).
+fn combine(n: usize, views: Vec<Inspection>) -> Inspection {
+    if views.len() == 1 && n == 1 {
+        return views.into_iter().next().unwrap_or_default();
+    }
+    let fence = views.iter().filter_map(|v| v.fence).max();
+    let mut held: Vec<(String, Option<Duration>)> = Vec::new();
+    let firsts: Vec<&(String, Option<Duration>)> =
+        views.iter().filter_map(|v| v.holders.first()).collect();
+    for (value, _) in &firsts {
+        if held.iter().any(|(v, _)| v == value) {
+            continue;
+        }
+        let same: Vec<Option<Duration>> = firsts
+            .iter()
+            .filter(|(v, _)| v == value)
+            .map(|(_, left)| *left)
+            .collect();
+        if same.len() >= quorum(n) {
+            held.push((value.clone(), same.into_iter().flatten().min()));
+        }
+    }
+    let kind = if held.is_empty() { "none" } else { "string" };
+    Inspection {
+        kind: kind.into(),
+        fence,
+        waiters: 0,
+        next: None,
+        holders: held,
+    }
+}
+
+/// A holder value split into what `status` shows: host, pid, started, program, or the raw
+/// value when lockrun did not write it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct HolderInfo {
+    host: Option<String>,
+    pid: Option<u32>,
+    started: Option<String>,
+    program: Option<String>,
+    raw: String,
+}
+
+impl HolderInfo {
+    fn parse(value: &str) -> HolderInfo {
+        let shown = describe_holder(value);
+        let mut info = HolderInfo {
+            raw: shown.to_string(),
+            ..HolderInfo::default()
+        };
+        if shown.len() == value.len() && !value.is_empty() {
+            // Not lockrun's shape: shown as it is.
+            return info;
+        }
+        for word in shown.split(' ') {
+            match word.split_once('=') {
+                Some(("host", h)) => info.host = Some(h.into()),
+                Some(("pid", p)) => info.pid = p.parse().ok(),
+                Some(("started", s)) => info.started = Some(s.into()),
+                Some(("program", p)) => info.program = Some(p.into()),
+                _ => {}
+            }
+        }
+        info
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "host": self.host,
+            "pid": self.pid,
+            "started": self.started,
+            "program": self.program,
+        });
+        if self.host.is_none() {
+            v["value"] = self.raw.clone().into();
+        }
+        v
+    }
+
+    /// How long ago `started` was, by our clock (whole seconds).
+    fn held_for(&self) -> Option<Duration> {
+        let started = parse_utc(self.started.as_deref()?)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs();
+        Some(Duration::from_secs(now.saturating_sub(started)))
+    }
+}
+
+/// `2024-01-02T03:04:05Z` (or with fractional seconds) → Unix seconds.
+fn parse_utc(s: &str) -> Option<u64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec = t.next()?.split('.').next()?.parse::<i64>().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + min * 60 + sec).ok()
+}
+
+/// A duration as people read it in a status line: `850ms`, `27.4s`, `2m13s`, `3h05m`, `2d04h`
+/// (rounded down; `duration::Human` is exact instead, for values people type back in).
+fn rough(d: Duration) -> String {
+    let (ms, s) = (d.as_millis(), d.as_secs());
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{}.{}s", s, ms % 1000 / 100),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// Prints one JSON document on stdout.
+fn print_json(v: &serde_json::Value) {
+    println!("{v}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_values_are_split_into_their_parts() {
+        let id = crate::lock::public_id("t");
+        let h = HolderInfo::parse(&format!(
+            "{id} host=web1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh"
+        ));
+        assert_eq!(h.host.as_deref(), Some("web1"));
+        assert_eq!(h.pid, Some(42));
+        assert_eq!(h.program.as_deref(), Some("backup.sh"));
+        assert_eq!(h.started.as_deref(), Some("2024-01-02T03:04:05Z"));
+        let raw = HolderInfo::parse("set by hand");
+        assert_eq!(raw.host, None);
+        assert_eq!(raw.raw, "set by hand");
+        assert_eq!(raw.json()["value"], "set by hand");
+    }
+
+    #[test]
+    fn rough_durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(rough(ms(850)), "850ms");
+        assert_eq!(rough(ms(27_480)), "27.4s");
+        assert_eq!(rough(ms(133_000)), "2m13s");
+        assert_eq!(rough(ms(3 * 3_600_000 + 5 * 60_000)), "3h05m");
+        assert_eq!(rough(ms(2 * 86_400_000 + 4 * 3_600_000)), "2d04h");
+    }
+
+    #[test]
+    fn utc_times_round_trip() {
+        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_utc("2024-01-02T03:04:05Z"), Some(1_704_164_645));
+        assert_eq!(parse_utc("2024-01-02T03:04:05.250Z"), Some(1_704_164_645));
+        assert_eq!(
+            crate::logging::format_utc(1_704_164_645),
+            "2024-01-02T03:04:05Z"
+        );
+        assert_eq!(parse_utc("2000-02-29T00:00:00Z"), Some(951_782_400));
+        assert_eq!(parse_utc("yesterday"), None);
+    }
+}

@@ -1,0 +1,87 @@
+//! `lockrun release KEY --force`: delete a stuck lock (or a whole semaphore), whoever holds
+//! it, and say what was deleted (holder, fence) on stderr and in the key's history, so the
+//! action can be audited. A holder that is still running finds its key gone at its next
+//! renewal (within TTL/3), stops its job and exits 76: the lock is never held twice for long,
+//! but for up to that renewal interval two jobs may run, which is why `--force` is required.
+
+use super::{ask_all, print_json, HolderInfo};
+use crate::exit_codes::ExitCode;
+use crate::lock::inspect::Deleted;
+use crate::lock::redis::RedisLock;
+use crate::lock::{Holder, LockError, Note, Outcome};
+use serde_json::json;
+use std::time::Duration;
+use tracing::{error, info};
+
+/// History entries a forced release keeps when it is the first run the key's history sees:
+/// the run form's default (`--history`).
+const HISTORY: u32 = crate::cli::DEFAULT_HISTORY;
+
+pub async fn run(
+    nodes: &mut [RedisLock],
+    key: &str,
+    force: bool,
+    json: bool,
+) -> Result<ExitCode, LockError> {
+    if !force {
+        error!(
+            "not deleting '{key}' without --force: a job that still holds it keeps running until \
+             its next renewal (up to TTL/3) while another may start; check with 'lockrun status {key}'"
+        );
+        return Ok(ExitCode::Usage);
+    }
+    let operator = Holder::new(std::ffi::OsStr::new("lockrun-release"));
+    let note = Note {
+        outcome: Outcome::Released,
+        exit_code: None,
+        duration: Duration::ZERO,
+    };
+    let deleted = ask_all(nodes, async |node: &mut RedisLock| {
+        node.force_release(key, HISTORY, &operator, &note).await
+    })
+    .await?;
+    let Some(what) = merge(deleted) else {
+        info!(key, "no lock to delete");
+        if json {
+            print_json(&json!({"key": key, "deleted": false}));
+        }
+        return Ok(ExitCode::Command(1));
+    };
+    let holders: Vec<HolderInfo> = what.holders.iter().map(|h| HolderInfo::parse(h)).collect();
+    let shown: Vec<&str> = holders.iter().map(|h| h.raw.as_str()).collect();
+    info!(
+        key,
+        holder = shown.join(", "),
+        fence = what.fence,
+        by = operator.host,
+        "redis lock deleted by release --force"
+    );
+    if json {
+        print_json(&json!({
+            "key": key,
+            "deleted": true,
+            "kind": if what.kind == "zset" { "semaphore" } else { "lock" },
+            "holders": holders.iter().map(HolderInfo::json).collect::<Vec<_>>(),
+            "fence": what.fence,
+        }));
+    }
+    Ok(ExitCode::Command(0))
+}
+
+/// What the nodes deleted, together (several masters: each may have had a different holder).
+fn merge(deleted: Vec<Option<Deleted>>) -> Option<Deleted> {
+    let mut out: Option<Deleted> = None;
+    for d in deleted.into_iter().flatten() {
+        let o = out.get_or_insert_with(|| Deleted {
+            kind: d.kind.clone(),
+            ..Deleted::default()
+        });
+        o.fence = o.fence.max(d.fence);
+        for h in d.holders {
+            if !o.holders.contains(&h) {
+                o.holders.push(h);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,383 @@
+//! Redis Cluster: `redis+cluster://seed1,seed2,…` locks each key on the shard that owns it,
+//! keeps every helper key in the lock's hash slot, wakes waiters with sharded pub/sub, and
+//! follows a failover. Real cluster nodes on loopback (support::topology).
+
+use crate::support::topology::{wait_for_go, Cluster, Job};
+use crate::support::*;
+use std::path::Path;
+use std::process::Command;
+
+/// What a finished run leaves behind on purpose: the fencing counter and the run history.
+fn bookkeeping(key: &str) -> bool {
+    key.starts_with("lockrun:fence:") || key.starts_with("lockrun:history:")
+}
+
+fn via(seeds: &str) -> Command {
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r").arg(format!("redis+cluster://{seeds}"));
+    cmd
+}
+
+#[test]
+fn cluster_locks_keys_of_every_shard_through_one_seed_and_leaves_only_fences() {
+    let cluster = Cluster::start(3);
+    let seed = cluster.nodes[0].addr();
+    let keys: Vec<String> = (0..20).map(|i| format!("slot-key-{i}")).collect();
+    let mut owners = std::collections::BTreeSet::new();
+    for key in &keys {
+        let owner = cluster.owner_of(key).port;
+        owners.insert(owner);
+        let fence = format!("lockrun:fence:{{{key}}}");
+        let mut cmd = via(&seed);
+        cmd.args([key.as_str(), "--", "redis-cli", "-p", &owner.to_string()])
+            .args(["EXISTS", key.as_str(), fence.as_str()]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{key}: {}", stderr_of(&out));
+        assert_eq!(
+            stdout_of(&out).trim(),
+            "2",
+            "{key} and its fence on their owner {owner} during the run: {}",
+            stderr_of(&out)
+        );
+    }
+    assert_eq!(owners.len(), 3, "the keys cover every shard: {owners:?}");
+    let left = cluster.all_keys();
+    assert!(
+        left.iter().all(|k| bookkeeping(k)),
+        "only fence counters and run histories stay: {left:?}"
+    );
+    assert_eq!(left.len(), 2 * keys.len(), "{left:?}");
+
+    // The operators' commands see every shard: list scans each primary.
+    let mut cmd = bare_lockrun();
+    cmd.args(["list", "--all", "--json", "-r"])
+        .arg(format!("redis+cluster://{seed}"));
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let listed: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let mut names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = keys.iter().map(String::as_str).collect();
+    names.sort();
+    expected.sort();
+    assert_eq!(names, expected);
+    let mut cmd = bare_lockrun();
+    cmd.args(["history", "--json", "-r"])
+        .arg(format!("redis+cluster://{seed}"))
+        .arg(&keys[7]);
+    let out = run(cmd);
+    let runs: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert_eq!(runs[0]["outcome"], "ran", "{runs}");
+}
+
+/// A holder that runs until the test lets it go, and a `--wait` waiter queued behind it; both
+/// must exit 0. `check_while_waiting` runs while the waiter is queued.
+fn holder_and_waiter(
+    new_cmd: impl Fn() -> Command,
+    key: &str,
+    dir: &Path,
+    check_while_waiting: impl FnOnce(),
+) {
+    let (ready, go) = (dir.join("ready"), dir.join("go"));
+    let mut cmd = new_cmd();
+    cmd.args([key, "sh", "-c"])
+        .arg(format!("touch '{}'; {}", ready.display(), wait_for_go(&go)));
+    let mut holder = Job::spawn(cmd, dir, "holder");
+    holder.until("the holder's job started", || ready.exists());
+    let mut cmd = new_cmd();
+    cmd.args(["--wait", "20s", key, "echo", "waited"]);
+    let mut waiter = Job::spawn(cmd, dir, "waiter");
+    waiter.until("the waiter queued", || {
+        waiter_said(dir, "redis lock already acquired; waiting")
+    });
+    check_while_waiting();
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = holder.finish();
+    assert_eq!(code, Some(0), "holder: {err}");
+    let (code, out, err) = waiter.finish();
+    assert_eq!(code, Some(0), "waiter: {err}");
+    assert_eq!(out, "waited\n", "{err}");
+}
+
+fn waiter_said(dir: &Path, line: &str) -> bool {
+    std::fs::read_to_string(dir.join("waiter.err")).is_ok_and(|t| t.contains(line))
+}
+
+#[test]
+fn cluster_hash_tagged_key_keeps_its_helpers_in_its_slot() {
+    let cluster = Cluster::start(3);
+    let key = "job:{tenant1}:x";
+    let slot = cluster.slot(key);
+    assert_eq!(slot, cluster.slot("tenant1"));
+    for what in ["fence", "waiters", "tickets", "wake"] {
+        let helper = format!("lockrun:{what}:={key}");
+        assert_eq!(cluster.slot(&helper), slot, "{helper}");
+    }
+    let owner = cluster.owner_of(key);
+    let dir = tempfile::tempdir().unwrap();
+    holder_and_waiter(
+        || via(&cluster.nodes[1].addr()),
+        key,
+        dir.path(),
+        || {
+            for helper in [
+                format!("lockrun:fence:={key}"),
+                format!("lockrun:waiters:={key}"),
+                format!("lockrun:tickets:={key}"),
+            ] {
+                assert!(
+                    owner.exists(&helper),
+                    "{helper} on the owner {}",
+                    owner.port
+                );
+            }
+        },
+    );
+    let mut left = cluster.all_keys();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            format!("lockrun:fence:={key}"),
+            format!("lockrun:history:={key}")
+        ]
+    );
+}
+
+#[test]
+fn cluster_wake_ups_use_sharded_pub_sub_on_the_owning_shard() {
+    let cluster = Cluster::start(3);
+    let key = "wake-me";
+    let owner = cluster.owner_of(key);
+    let dir = tempfile::tempdir().unwrap();
+    holder_and_waiter(|| via(&cluster.seeds()), key, dir.path(), || {});
+    assert!(
+        owner.calls("spublish") >= 1,
+        "the release SPUBLISHed on the owner {}: {}",
+        owner.port,
+        owner.cli(&["INFO", "commandstats"])
+    );
+    assert!(
+        owner.calls("ssubscribe") >= 1,
+        "the waiter SSUBSCRIBEd on the owner {}",
+        owner.port
+    );
+    for n in &cluster.nodes {
+        assert_eq!(n.calls("publish"), 0, "a plain PUBLISH on {}", n.port);
+    }
+}
+
+#[test]
+fn wake_up_channel_shares_the_key_slot_in_standalone_mode_too() {
+    let redis = Redis::start();
+    for (key, channel) in [
+        ("plain-wake", "lockrun:wake:{plain-wake}"),
+        ("job:{t9}:wake", "lockrun:wake:=job:{t9}:wake"),
+    ] {
+        let mut conn = redis.conn();
+        conn.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut pubsub = conn.as_pubsub();
+        pubsub.psubscribe("lockrun:wake:*").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        holder_and_waiter(|| lockrun(&redis), key, dir.path(), || {});
+        let msg = pubsub.get_message().expect("a wake-up message");
+        assert_eq!(msg.get_channel_name(), channel);
+    }
+}
+
+#[test]
+fn cluster_semaphore_never_runs_more_than_its_limit() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let jobs: Vec<Job> = (0..3)
+        .map(|i| {
+            let mut cmd = via(&cluster.seeds());
+            cmd.args(["--limit", "2", "--wait", "25s", "sem", "sh", "-c"])
+                .arg(format!(
+                    "echo start >> '{l}'; sleep 1; echo end >> '{l}'",
+                    l = log.display()
+                ));
+            Job::spawn(cmd, dir.path(), &format!("sem{i}"))
+        })
+        .collect();
+    for (i, job) in jobs.into_iter().enumerate() {
+        let (code, _, err) = job.finish();
+        assert_eq!(code, Some(0), "sem{i}: {err}");
+    }
+    let events = lines(&log);
+    let (mut running, mut most) = (0, 0);
+    for e in &events {
+        running += if e == "start" { 1 } else { -1 };
+        most = most.max(running);
+    }
+    assert_eq!(events.len(), 6, "all three ran: {events:?}");
+    assert!(most <= 2, "{most} jobs at once: {events:?}");
+    let left = cluster.all_keys();
+    assert!(left.iter().all(|k| bookkeeping(k)), "{left:?}");
+}
+
+#[test]
+fn cluster_refuses_a_key_whose_helpers_cannot_share_its_slot() {
+    let cluster = Cluster::start(3);
+    let mut cmd = via(&cluster.seeds());
+    cmd.args(["a}b", "echo", "ran"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("a}b"), "names the key: {err}");
+    assert_eq!(stdout_of(&out), "");
+    assert_eq!(cluster.all_keys(), Vec::<String>::new());
+    // The same URL with a key that can share its helpers' slot works (so it was the key that
+    // was refused), and `a}b` is fine without a Cluster.
+    let mut cmd = via(&cluster.seeds());
+    cmd.args(["a-b", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args(["a}b", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+}
+
+#[test]
+fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "failover-job";
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let mut cmd = via(&cluster.seeds());
+    // Renewals every second: several fall after the failover.
+    cmd.args(["-t", "3s", key, "sh", "-c"]).arg(format!(
+        "touch '{}'; {}; exit 7",
+        ready.display(),
+        wait_for_go(&go)
+    ));
+    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    job.until("the job started", || ready.exists());
+    let old = cluster.owner_of(key);
+    let value = old.cli(&["GET", key]);
+    assert!(value.contains("host="), "{value:?}");
+
+    let new = cluster.failover_shard_of(key);
+    assert_ne!(new.port, old.port);
+    job.until("a renewal on the new master", || new.script_calls() > 0);
+    assert_eq!(new.cli(&["GET", key]), value, "{}", job.stderr());
+
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.finish();
+    assert_eq!(code, Some(7), "the job's own exit code: {err}");
+    assert!(err.contains("redis lock released"), "{err}");
+    assert!(!err.contains("redis lock lost"), "{err}");
+    assert!(!new.exists(key), "released on the new master");
+    assert!(new.exists(&format!("lockrun:fence:{{{key}}}")));
+}
+
+#[test]
+fn cluster_slot_migration_while_holding_is_followed_through_ask_and_moved() {
+    let cluster = Cluster::start(3);
+    let key = "resharded";
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let mut cmd = via(&cluster.seeds());
+    // Renewals every second: some while the slot is half moved, some after.
+    cmd.args(["-t", "3s", key, "sh", "-c"]).arg(format!(
+        "touch '{}'; {}; exit 9",
+        ready.display(),
+        wait_for_go(&go)
+    ));
+    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    job.until("the job started", || ready.exists());
+    let from = cluster.owner_of(key);
+    let value = from.cli(&["GET", key]);
+    let to = cluster
+        .masters()
+        .find(|n| n.port != from.port)
+        .expect("another master");
+    let before = to.script_calls();
+
+    // Half moved: the keys are on `to`, the old owner answers -ASK.
+    cluster.begin_migration(key, to);
+    assert_eq!(to.cli_asking(&["EXISTS", key]), "1");
+    assert!(
+        from.cli(&["EXISTS", key]).starts_with("ASK "),
+        "-ASK from the old owner"
+    );
+    job.until("a renewal on the new owner (after -ASK)", || {
+        to.script_calls() > before
+    });
+    assert_eq!(to.cli_asking(&["GET", key]), value, "{}", job.stderr());
+
+    // Moved: every node names the new owner, the old one answers -MOVED.
+    cluster.finish_migration(key, to);
+    let after_ask = to.script_calls();
+    job.until("a renewal on the new owner (after -MOVED)", || {
+        to.script_calls() > after_ask
+    });
+    assert_eq!(to.cli(&["GET", key]), value, "{}", job.stderr());
+
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.finish();
+    assert_eq!(code, Some(9), "the job's own exit code: {err}");
+    assert!(err.contains("redis lock released"), "{err}");
+    assert!(!err.contains("redis lock lost"), "{err}");
+    assert!(!to.exists(key) && !from.exists(key), "released");
+    assert!(to.exists(&format!("lockrun:fence:{{{key}}}")));
+}
+
+#[test]
+fn cluster_a_dead_seed_first_in_the_list_is_skipped() {
+    let cluster = Cluster::start(3);
+    let key = "dead-seed";
+    let owner = cluster.owner_of(key).port;
+    let mut cmd = via(&format!(
+        "127.0.0.1:{},{}",
+        free_port(),
+        cluster.nodes[0].addr()
+    ));
+    cmd.args([key, "--", "redis-cli", "-p", &owner.to_string()])
+        .args(["EXISTS", key]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "1", "{}", stderr_of(&out));
+    assert!(cluster.all_keys().iter().all(|k| bookkeeping(k)));
+}
+
+#[test]
+fn cluster_over_tls_rediss_cluster_url_with_the_test_ca() {
+    let cluster = Cluster::start_tls(3);
+    let ca = cluster.certs.as_ref().unwrap().path().join("ca.crt");
+    let url = format!("rediss+cluster://{}", cluster.nodes[0].addr());
+    for key in ["tls-a", "tls-b", "tls-c", "tls-d"] {
+        let owner = cluster.owner_of(key);
+        let mut cmd = bare_lockrun();
+        cmd.arg("-r")
+            .arg(&url)
+            .arg("--tls-ca")
+            .arg(&ca)
+            .args([key, "--", "redis-cli"])
+            .args(owner.tls_args())
+            .args(["-p", &owner.port.to_string(), "EXISTS", key]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{key}: {}", stderr_of(&out));
+        assert_eq!(stdout_of(&out).trim(), "1", "{key}: {}", stderr_of(&out));
+    }
+    assert!(cluster.all_keys().iter().all(|k| bookkeeping(k)));
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r").arg(&url).args(["tls-a", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "untrusted: {}",
+        stderr_of(&out)
+    );
+    assert_eq!(stdout_of(&out), "");
+}

@@ -1,0 +1,283 @@
+//! `lockrun doctor`: its findings against real servers configured the ways it checks for
+//! (persistence, eviction, replication, ACL users that may not run what it asks), and its exit
+//! codes: 0 nothing to fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every test passes on
+//! Redis and on Valkey (`LOCKRUN_TEST_SERVER=valkey`).
+
+use crate::support::topology::{Cluster, ReplicaSet};
+use crate::support::*;
+use std::process::{Command, Output};
+
+fn doctor_at(url: &str, args: &[&str]) -> Output {
+    let mut cmd = bare_lockrun();
+    cmd.arg("doctor").args(args).arg("-r").arg(url);
+    run(cmd)
+}
+
+fn doctor(redis: &Redis, args: &[&str]) -> Output {
+    doctor_at(&redis.url(), args)
+}
+
+/// The finding lines of `check`: (verdict, detail).
+fn lines_of(out: &Output, check: &str) -> Vec<(String, String)> {
+    stdout_of(out)
+        .lines()
+        .filter(|l| l.len() > 26 && !l.starts_with("server: "))
+        .map(|l| (l[..13].trim(), l[13..26].trim(), &l[26..]))
+        .filter(|(_, c, _)| *c == check)
+        .map(|(v, _, d)| (v.to_string(), d.to_string()))
+        .collect()
+}
+
+/// The one finding line of `check`, asserted to say `verdict`; its detail.
+fn line(out: &Output, check: &str, verdict: &str) -> String {
+    let found = lines_of(out, check);
+    assert_eq!(found.len(), 1, "one {check} line in:\n{}", stdout_of(out));
+    assert_eq!(found[0].0, verdict, "{check}:\n{}", stdout_of(out));
+    found[0].1.clone()
+}
+
+fn valkey() -> bool {
+    std::env::var("LOCKRUN_TEST_SERVER").as_deref() == Ok("valkey")
+}
+
+#[test]
+fn doctor_on_a_default_server_warns_of_no_persistence_only() {
+    let redis = Redis::start();
+    let out = doctor(&redis, &["nightly"]);
+    let err = stderr_of(&out);
+    // The harness's servers persist nothing: the one warning, so exit 1.
+    assert_eq!(out.status.code(), Some(1), "{}{err}", stdout_of(&out));
+    let server = line(&out, "server", "info");
+    let kind = if valkey() { "Valkey " } else { "Redis " };
+    assert!(server.starts_with(kind), "{server}");
+    assert!(line(&out, "role", "info").contains("primary without replicas"));
+    let persistence = line(&out, "persistence", "warn");
+    assert!(persistence.contains("no persistence"), "{persistence}");
+    assert!(persistence.contains("fencing numbers still increase"));
+    assert!(line(&out, "eviction", "ok").starts_with("noeviction"));
+    line(&out, "cluster", "info");
+    assert!(line(&out, "slot", "info").contains("'nightly'"));
+    assert!(line(&out, "latency", "ok").contains("over 20 round trips"));
+    line(&out, "clock", "ok");
+    assert!(line(&out, "acl", "ok").contains("ACL DRYRUN"));
+    // Nothing was written.
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+#[test]
+fn doctor_warns_when_a_held_lock_may_be_evicted() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
+    redis.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    // Without a memory limit nothing is evicted: info, and nothing else to fix.
+    let out = doctor(&redis, &[]);
+    assert!(line(&out, "eviction", "info").contains("maxmemory is 0"));
+    assert_eq!(out.status.code(), Some(0), "{}", stdout_of(&out));
+    redis.cmd::<()>(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    let out = doctor(&redis, &[]);
+    let eviction = line(&out, "eviction", "warn");
+    assert!(
+        eviction.starts_with("volatile-lru with maxmemory 100"),
+        "{eviction}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_of(&out));
+}
+
+#[test]
+fn doctor_with_an_append_only_file_finds_nothing_to_fix() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
+    let out = doctor(&redis, &[]);
+    let persistence = line(&out, "persistence", "ok");
+    assert!(
+        persistence.starts_with("AOF, appendfsync everysec"),
+        "{persistence}"
+    );
+    // WAITAOF: Redis 7.2+, Valkey 8+ (the suite's Redis may be 7.0).
+    let fsync = &lines_of(&out, "fsync")[0];
+    assert!(fsync.0 == "ok" || fsync.1.contains("WAITAOF"), "{fsync:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout_of(&out),
+        stderr_of(&out)
+    );
+}
+
+/// An ACL user on `redis` with these rules; its URL.
+fn user(redis: &Redis, name: &str, rules: &str) -> String {
+    let mut words = vec!["ACL", "SETUSER", name, "on", ">doc-Pw-1", "resetkeys", "~*"];
+    words.extend(rules.split_whitespace());
+    redis.cmd::<()>(&words);
+    format!("redis://{name}:doc-Pw-1@127.0.0.1:{}", redis.port.unwrap())
+}
+
+#[test]
+fn doctor_says_cannot_check_what_the_user_may_not_ask() {
+    let redis = Redis::start_tcp();
+    let url = user(&redis, "noconfig", "&* +@all -config");
+    let out = doctor_at(&url, &[]);
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "{code:?}: {}",
+        stderr_of(&out)
+    );
+    let persistence = line(&out, "persistence", "cannot check");
+    assert!(
+        persistence.contains("CONFIG GET is denied"),
+        "{persistence}"
+    );
+    // What INFO answers is still checked.
+    line(&out, "eviction", "ok");
+    assert!(!stdout_of(&out).contains("doc-Pw-1"));
+    assert!(!stderr_of(&out).contains("doc-Pw-1"));
+}
+
+/// The README's ACL line of an older lockrun: without +evalsha, +xadd, +xrevrange and +scan
+/// (the run history and the operators' commands came later).
+const LOCKRUN_RULES: &str = "resetchannels &lockrun:wake:* -@all +eval +subscribe +select \
+    +del +exists +get +pexpire +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
+    +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
+
+#[test]
+fn doctor_names_the_commands_a_user_lacks() {
+    let redis = Redis::start_tcp();
+    // Without ACL permissions doctor asks redis.acl_check_cmd in a script; with them, ACL DRYRUN.
+    let plain = user(&redis, "plain", LOCKRUN_RULES);
+    let admin = user(
+        &redis,
+        "admin",
+        &format!("{LOCKRUN_RULES} +acl|whoami +acl|dryrun"),
+    );
+    for url in [plain, admin] {
+        let out = doctor_at(&url, &[]);
+        assert_eq!(out.status.code(), Some(1), "{url}: {}", stderr_of(&out));
+        let acl = lines_of(&out, "acl");
+        assert_eq!(acl.len(), 3, "{}", stdout_of(&out));
+        assert_eq!(acl[0].0, "warn");
+        assert!(acl[0].1.contains("may not run XADD:"), "{acl:?}");
+        assert_eq!(acl[1].0, "info");
+        assert!(acl[1].1.contains("may not run EVALSHA:"), "{acl:?}");
+        assert_eq!(acl[2].0, "info");
+        assert!(acl[2].1.contains("XREVRANGE, SCAN"), "{acl:?}");
+        // This user may not run INFO: the checks that need it cannot be made.
+        line(&out, "persistence", "cannot check");
+        line(&out, "clock", "ok");
+    }
+    // A command the scripts need is a failure; the user is named when WHOAMI may be asked.
+    let url = user(&redis, "nozadd", "&* +@all -zadd");
+    let out = doctor_at(&url, &[]);
+    let acl = lines_of(&out, "acl");
+    assert_eq!(acl[0].0, "fail", "{acl:?}");
+    assert!(
+        acl[0].1.starts_with("user 'nozadd' may not run ZADD:"),
+        "{acl:?}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn doctor_fails_a_replica_and_counts_a_primarys_replicas() {
+    let set = ReplicaSet::start(1);
+    let replica = format!("redis://{}", set.replicas[0].addr());
+    let out = doctor_at(&replica, &[]);
+    let role = line(&out, "role", "fail");
+    assert!(
+        role.contains(&format!("a replica of 127.0.0.1:{}", set.master.port)),
+        "{role}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = doctor_at(&format!("redis://{}", set.master.addr()), &[]);
+    assert_eq!(
+        line(&out, "role", "ok"),
+        "primary with 1 replica(s) connected"
+    );
+    assert!(line(&out, "acks", "ok").starts_with("--acks 1..1 usable"));
+}
+
+#[test]
+fn doctor_json_is_one_document() {
+    let redis = Redis::start();
+    let out = doctor(&redis, &["--json", "k"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc["server"], redis.url());
+    assert_eq!(doc["ok"], false);
+    let findings = doc["findings"].as_array().unwrap();
+    let of = |check: &str| {
+        findings
+            .iter()
+            .find(|f| f["check"] == check)
+            .unwrap_or_else(|| panic!("{check} in {doc}"))
+    };
+    assert_eq!(of("persistence")["verdict"], "warn");
+    assert_eq!(of("eviction")["verdict"], "ok");
+    assert!(of("server")["detail"].as_str().unwrap().contains(" mode"));
+    for f in findings {
+        let v = f["verdict"].as_str().unwrap();
+        assert!(
+            ["ok", "info", "warn", "fail", "cannot check"].contains(&v),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn doctor_without_a_server_exits_69_and_64_for_usage() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let out = doctor_at(&url, &[]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("unavailable"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert_eq!(stdout_of(&out), "");
+    let out = doctor_at(&url, &["--no-such-option"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+}
+
+#[test]
+fn doctor_on_valkey_names_it() {
+    let valkey = Redis::start_valkey();
+    let out = doctor(&valkey, &[]);
+    assert!(line(&out, "server", "info").starts_with("Valkey 8"));
+    line(&out, "acl", "ok");
+}
+
+#[test]
+fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
+    let cluster = Cluster::start(3);
+    let mut cmd: Command = bare_lockrun();
+    cmd.args(["doctor", "--json", "nightly", "-r"])
+        .arg(format!("redis+cluster://{}", cluster.seeds()));
+    let out = run(cmd);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr_of(&out)));
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3, "{doc}");
+    let top = doc["findings"].as_array().unwrap();
+    assert_eq!(top[0]["check"], "cluster");
+    assert_eq!(top[0]["verdict"], "ok", "{doc}");
+    let owner = cluster.owner_of("nightly").port;
+    let slot = top[1]["detail"].as_str().unwrap();
+    assert!(
+        slot.contains(&format!(
+            "slot {}, served by 127.0.0.1:{owner}",
+            cluster.slot("nightly")
+        )),
+        "{slot}"
+    );
+    for node in nodes {
+        let findings = node["findings"].as_array().unwrap();
+        let acl = findings.iter().find(|f| f["check"] == "acl").unwrap();
+        assert_eq!(acl["verdict"], "ok", "{node}");
+        assert!(!findings.iter().any(|f| f["check"] == "cluster"), "{node}");
+    }
+    // No persistence on any node: not ok.
+    assert_eq!(doc["ok"], false);
+    assert_eq!(out.status.code(), Some(1));
+}

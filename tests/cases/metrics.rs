@@ -1,0 +1,435 @@
+//! `--metrics-file`: every ending writes the documented metrics, read back by a real Prometheus
+//! parser (Python's prometheus_client, which `tests/ensure-pytools.sh` installs into
+//! target/test-tools/python); atomically, and without changing the exit code when it cannot.
+
+use crate::support::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const OUTCOMES: [&str; 5] = ["ran", "skipped", "lost", "aborted", "error"];
+
+/// Parses a metrics file with prometheus_client and prints every sample as JSON. Fails (never
+/// skips) when the parser is missing: a format check that silently passes proves nothing.
+const PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for f in text_string_to_metric_families(open(sys.argv[1], encoding="utf-8").read()):
+    out[f.name] = {"type": f.type, "help": f.documentation,
+                   "samples": [[s.name, s.labels, s.value] for s in f.samples]}
+print(json.dumps(out))
+"#;
+
+/// A metrics file as prometheus_client read it.
+struct Metrics {
+    key: String,
+    families: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Metrics {
+    fn parse(path: &Path, key: &str) -> Metrics {
+        let pythonpath = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/python");
+        let out = Command::new("python3")
+            .env("PYTHONPATH", &pythonpath)
+            .args(["-c", PARSE])
+            .arg(path)
+            .output()
+            .expect("python3 is needed to check the metrics file with prometheus_client");
+        assert!(
+            out.status.success(),
+            "prometheus_client could not read {} (is it installed? `bash tests/ensure-pytools.sh` \
+             puts it in {}): {}\nthe file:\n{}",
+            path.display(),
+            pythonpath.display(),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(path).unwrap_or_default()
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        Metrics {
+            key: key.to_string(),
+            families: v.as_object().unwrap().clone(),
+        }
+    }
+
+    /// The one sample of a family (labelled with the key and nothing else).
+    fn get(&self, name: &str) -> f64 {
+        let samples = self.samples(name);
+        assert_eq!(samples.len(), 1, "{name}: {samples:?}");
+        let (labels, value) = &samples[0];
+        assert_eq!(labels.len(), 1, "{name}: {labels:?}");
+        *value
+    }
+
+    /// (labels other than `key`, value) of each sample, after checking the family's shape.
+    fn samples(&self, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let f = self
+            .families
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", self.families.keys()));
+        assert_eq!(f["type"], "gauge", "{name}");
+        assert!(!f["help"].as_str().unwrap().is_empty(), "{name} has HELP");
+        f["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                assert_eq!(s[0], name);
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_value(s[1].clone()).unwrap();
+                assert_eq!(labels["key"], self.key, "{name}: the key label");
+                (labels, s[2].as_f64().unwrap())
+            })
+            .collect()
+    }
+
+    /// Checks that `outcome` is 1 and the four others 0, each listed once.
+    fn assert_outcome(&self, outcome: &str) {
+        let mut seen: Vec<(String, f64)> = self
+            .samples("lockrun_last_run_outcome")
+            .into_iter()
+            .map(|(l, v)| (l["outcome"].clone(), v))
+            .collect();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut want: Vec<(String, f64)> = OUTCOMES
+            .iter()
+            .map(|o| (o.to_string(), if *o == outcome { 1.0 } else { 0.0 }))
+            .collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(seen, want);
+    }
+
+    /// The checks every file must pass: all families there, timestamps within the run, no
+    /// negative durations, and the exit code lockrun really exited with.
+    fn assert_sane(&self, status: Option<i32>, before: f64, after: f64) {
+        assert_eq!(self.families.len(), 9, "{:?}", self.families.keys());
+        assert_eq!(
+            Some(self.get("lockrun_last_run_exit_code") as i32),
+            status,
+            "the exit code"
+        );
+        let start = self.get("lockrun_last_run_start_timestamp_seconds");
+        let end = self.get("lockrun_last_run_end_timestamp_seconds");
+        // The float has microsecond resolution; allow that much.
+        assert!(
+            before - 0.001 <= start && start <= end && end <= after + 0.001,
+            "{before} <= {start} <= {end} <= {after}"
+        );
+        let wait = self.get("lockrun_last_run_wait_seconds");
+        let held = self.get("lockrun_last_run_held_seconds");
+        assert!(wait >= 0.0 && held >= 0.0, "wait {wait}, held {held}");
+        assert!(
+            wait + held <= end - start + 0.001,
+            "wait {wait} + held {held} within the run ({})",
+            end - start
+        );
+        assert!(self.get("lockrun_last_run_renewals") >= 0.0);
+        assert!(self.get("lockrun_last_run_renewal_failures") >= 0.0);
+    }
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A directory for the metrics file, and the file's path in it.
+fn metrics_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.prom");
+    (dir, path)
+}
+
+/// Only `job.prom` in the directory: no temporary file was left behind.
+fn assert_only_the_file(dir: &Path) {
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["job.prom"], "nothing else is left in the directory");
+}
+
+/// Runs `cmd` (a lockrun with --metrics-file already given) to completion; returns its output
+/// and the parsed file, with the common checks done.
+fn run_and_read(cmd: Command, dir: &Path, path: &Path, key: &str) -> (Output, Metrics) {
+    let before = now();
+    let out = run(cmd);
+    let after = now();
+    assert!(path.is_file(), "no metrics file; {}", stderr_of(&out));
+    assert_only_the_file(dir);
+    let m = Metrics::parse(path, key);
+    m.assert_sane(out.status.code(), before, after);
+    (out, m)
+}
+
+#[test]
+fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    // A key the label must escape: quote, backslash, newline.
+    let key = "nightly \"report\" C:\\x\nsecond line";
+    let mut cmd = lockrun(&redis);
+    // TTL 600 ms: a renewal every 200 ms, so a 700 ms job sees a few.
+    cmd.args(["-t", "600ms", "--metrics-file"])
+        .arg(&path)
+        .args([key, "--", "sh", "-c", "sleep 0.7; exit 3"]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, key);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    m.assert_outcome("ran");
+    assert!(m.get("lockrun_last_run_renewals") >= 1.0);
+    assert_eq!(m.get("lockrun_last_run_renewal_failures"), 0.0);
+    assert!(m.get("lockrun_last_run_fence") > 0.0);
+    assert!(m.get("lockrun_last_run_held_seconds") >= 0.7);
+    assert!(m.get("lockrun_last_run_wait_seconds") < 5.0);
+    // Written only after the release.
+    assert!(!redis.exists(key));
+
+    // The next run replaces the file: a higher fence, no renewals for a short job.
+    let first_fence = m.get("lockrun_last_run_fence");
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--metrics-file")
+        .arg(&path)
+        .args([key, "--", "true"]);
+    let (_, m) = run_and_read(cmd, dir.path(), &path, key);
+    m.assert_outcome("ran");
+    assert_eq!(m.get("lockrun_last_run_exit_code"), 0.0);
+    assert_eq!(m.get("lockrun_last_run_renewals"), 0.0);
+    assert!(m.get("lockrun_last_run_fence") > first_fence);
+}
+
+#[test]
+fn metrics_skipped_when_held_elsewhere_with_e0_by_default_and_after_a_wait() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "busy", "someone-else", "PX", "60000"]);
+    let (dir, path) = metrics_dir();
+    for (extra, code) in [
+        (&["-q", "-E", "0"][..], 0),
+        (&[][..], 75),
+        (&["--wait", "300ms"][..], 75),
+    ] {
+        let mut cmd = lockrun(&redis);
+        cmd.args(extra)
+            .arg("--metrics-file")
+            .arg(&path)
+            .args(["busy", "--", "echo", "ran"]);
+        let (out, m) = run_and_read(cmd, dir.path(), &path, "busy");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{extra:?}: {}",
+            stderr_of(&out)
+        );
+        assert_eq!(stdout_of(&out), "", "the command did not run");
+        m.assert_outcome("skipped");
+        assert_eq!(m.get("lockrun_last_run_fence"), 0.0, "{extra:?}");
+        assert_eq!(m.get("lockrun_last_run_held_seconds"), 0.0, "{extra:?}");
+        assert_eq!(m.get("lockrun_last_run_renewals"), 0.0, "{extra:?}");
+        if extra.contains(&"--wait") {
+            assert!(m.get("lockrun_last_run_wait_seconds") >= 0.3, "waited");
+        }
+        if extra.contains(&"-q") {
+            assert_eq!(stderr_of(&out), "", "-q -E 0 stays silent");
+        }
+    }
+}
+
+#[test]
+fn metrics_lost_when_the_key_vanishes_also_with_on_lost_continue() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    for (extra, job, code) in [
+        (&[][..], "sleep 30", 76),
+        (&["--on-lost", "continue"][..], "sleep 1.5; exit 5", 5),
+    ] {
+        let mut cmd = lockrun(&redis);
+        // -v: the debug line of each confirmed renewal says when one has been counted.
+        cmd.args(["-v", "-t", "600ms"])
+            .args(extra)
+            .arg("--metrics-file")
+            .arg(&path)
+            .args(["vanishing", "--", "sh", "-c", job])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let before = now();
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = wait_for_line(&mut child, "redis lock renewed");
+        redis.cmd::<i64>(&["DEL", "vanishing"]);
+        lines.wait_for("redis lock lost");
+        let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+        let after = now();
+        assert_eq!(status.code(), Some(code), "{extra:?}: {}", lines.rest());
+        assert_only_the_file(dir.path());
+        let m = Metrics::parse(&path, "vanishing");
+        m.assert_sane(status.code(), before, after);
+        m.assert_outcome("lost");
+        assert!(m.get("lockrun_last_run_renewals") >= 1.0, "{extra:?}");
+        assert!(m.get("lockrun_last_run_fence") > 0.0);
+        assert!(m.get("lockrun_last_run_held_seconds") > 0.0);
+    }
+}
+
+#[test]
+fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    // Beside the server's files: the metrics directory must hold nothing but the metrics file.
+    let ready = redis.dir.path().join("ready");
+    // The job dies of the forwarded SIGTERM (143), or traps it and exits 0: aborted either way,
+    // since the exit code cannot tell a job stopped from outside from one that finished.
+    for (job, code) in [
+        (format!("touch '{}'; exec sleep 30", ready.display()), 143),
+        (
+            format!(
+                "trap 'exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
+                ready.display()
+            ),
+            0,
+        ),
+    ] {
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = lockrun(&redis);
+        cmd.arg("--metrics-file")
+            .arg(&path)
+            .args(["stopped", "--", "sh", "-c", &job])
+            .stderr(Stdio::null());
+        let before = now();
+        let mut child = cmd.spawn().unwrap();
+        wait_for_file(&ready);
+        kill(child.id(), libc::SIGTERM);
+        let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+        let after = now();
+        assert_eq!(status.code(), Some(code), "{job}");
+        assert_only_the_file(dir.path());
+        let m = Metrics::parse(&path, "stopped");
+        m.assert_sane(status.code(), before, after);
+        m.assert_outcome("aborted");
+        assert!(m.get("lockrun_last_run_fence") > 0.0);
+        assert!(m.get("lockrun_last_run_held_seconds") > 0.0);
+    }
+
+    // Stopped while waiting for a held lock: 128+15, the command never ran.
+    redis.cmd::<()>(&["SET", "stopped", "someone-else", "PX", "60000"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--wait", "30s", "--metrics-file"])
+        .arg(&path)
+        .args(["stopped", "--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let before = now();
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "waiting");
+    kill(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+    let after = now();
+    assert_eq!(status.code(), Some(143), "{}", lines.rest());
+    let m = Metrics::parse(&path, "stopped");
+    m.assert_sane(status.code(), before, after);
+    m.assert_outcome("aborted");
+    assert_eq!(m.get("lockrun_last_run_fence"), 0.0);
+    assert_eq!(m.get("lockrun_last_run_held_seconds"), 0.0);
+    assert_only_the_file(dir.path());
+}
+
+#[test]
+fn metrics_a_job_that_kills_itself_ran_nobody_stopped_it() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--metrics-file")
+        .arg(&path)
+        .args(["selfkill", "--", "sh", "-c", "kill -TERM $$"]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "selfkill");
+    assert_eq!(out.status.code(), Some(143));
+    m.assert_outcome("ran");
+}
+
+#[test]
+fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
+    let (dir, path) = metrics_dir();
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &format!("redis://127.0.0.1:{}", free_port())])
+        .arg("--metrics-file")
+        .arg(&path)
+        .args(["nowhere", "--", "true"]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "nowhere");
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    m.assert_outcome("error");
+    assert_eq!(m.get("lockrun_last_run_fence"), 0.0);
+    assert_eq!(m.get("lockrun_last_run_held_seconds"), 0.0);
+
+    // Not found: the lock was taken (a fence) and given back; the command never ran.
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--metrics-file")
+        .arg(&path)
+        .args(["missing", "--", "definitely-not-a-command-xyz"]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "missing");
+    assert_eq!(out.status.code(), Some(127), "{}", stderr_of(&out));
+    m.assert_outcome("error");
+    assert!(m.get("lockrun_last_run_fence") > 0.0);
+    assert!(!redis.exists("missing"));
+}
+
+#[test]
+fn metrics_file_that_cannot_be_written_is_a_warning_and_the_exit_code_stays() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A directory that does not exist, and a path that is a directory: rename cannot replace it.
+    // (Not a read-only directory: the tests may run as root, which writes there anyway.)
+    let occupied = dir.path().join("occupied.prom");
+    std::fs::create_dir(&occupied).unwrap();
+    std::fs::write(occupied.join("inside"), "x").unwrap();
+    for path in [dir.path().join("missing/job.prom"), occupied.clone()] {
+        let mut cmd = lockrun(&redis);
+        cmd.arg("--metrics-file")
+            .arg(&path)
+            .args(["unwritable", "--", "sh", "-c", "exit 3"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(3), "unchanged: {err}");
+        let warning = format!("WARN cannot write metrics file {}: ", path.display());
+        assert_eq!(
+            err.lines().filter(|l| l.contains(&warning)).count(),
+            1,
+            "one warning line: {err}"
+        );
+        assert!(err.contains("redis lock released"), "{err}");
+    }
+    // No temporary file left beside them.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["occupied.prom"]);
+    assert!(occupied.join("inside").is_file());
+}
+
+#[test]
+fn metrics_file_from_the_environment_relative_to_the_working_directory() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    let mut cmd = lockrun(&redis);
+    cmd.current_dir(dir.path())
+        .env("LOCKRUN_METRICS_FILE", "job.prom")
+        .args(["from-env", "--", "true"]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "from-env");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    m.assert_outcome("ran");
+}
+
+#[test]
+fn metrics_no_file_for_a_usage_error_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.prom");
+    let mut cmd = bare_lockrun();
+    cmd.args(["--ttl", "soon", "--metrics-file"])
+        .arg(&path)
+        .args(["k", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(!path.exists(), "the options were never known");
+}

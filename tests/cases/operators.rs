@@ -1,0 +1,491 @@
+//! The operators' commands end to end: `status`, `list`, `release`, `history`, and the run
+//! history the lock scripts record; `lockrun run` for a lock named like a command.
+
+use crate::support::*;
+use std::path::PathBuf;
+use std::process::{Child, Output, Stdio};
+use std::time::Duration;
+
+/// `lockrun <verb> -r URL args…`, output captured.
+fn verb(redis: &Redis, verb: &str, args: &[&str]) -> Output {
+    let mut cmd = bare_lockrun();
+    cmd.arg(verb).arg("-r").arg(redis.url()).args(args);
+    run(cmd)
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    let text = stdout_of(out);
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON document ({e}): {text:?}\nstderr: {}",
+            stderr_of(out)
+        )
+    })
+}
+
+/// A background `lockrun [extra] KEY -- <job>` whose job runs until `release()` (or is killed).
+struct Held {
+    child: Child,
+    lines: Lines,
+    go: PathBuf,
+}
+
+impl Held {
+    fn start(redis: &Redis, extra: &[&str], key: &str) -> Held {
+        // Each holder its own files: a `go` left by an earlier holder would end this job at once.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = redis.dir.path();
+        let (ready, go) = (
+            dir.join(format!("held{n}.ready")),
+            dir.join(format!("held{n}.go")),
+        );
+        let script = format!(
+            "touch '{}'; while [ ! -e '{}' ]; do sleep 0.02; done",
+            ready.display(),
+            go.display()
+        );
+        let mut cmd = lockrun(redis);
+        cmd.args(extra)
+            .args([key, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let lines = wait_for_line(&mut child, "redis lock acquired");
+        wait_for_file(&ready);
+        Held { child, lines, go }
+    }
+
+    fn finish(mut self) -> (Option<i32>, String) {
+        std::fs::write(&self.go, "").unwrap();
+        let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("exits");
+        (status.code(), self.lines.rest())
+    }
+
+    /// Waits for lockrun to exit on its own (not told to finish).
+    fn wait(mut self) -> (Option<i32>, String) {
+        let status = wait_timeout(&mut self.child, Duration::from_secs(20)).expect("exits");
+        let rest = self.lines.rest();
+        let _ = std::fs::write(&self.go, "");
+        (status.code(), rest)
+    }
+}
+
+fn history(redis: &Redis, key: &str) -> Vec<serde_json::Value> {
+    let out = verb(redis, "history", &[key, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    json_of(&out).as_array().unwrap().clone()
+}
+
+fn outcomes(entries: &[serde_json::Value]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn status_of_a_held_lock_says_who_since_when_and_the_fence() {
+    let redis = Redis::start();
+    let held = Held::start(&redis, &[], "nightly");
+    let out = verb(&redis, "status", &["nightly", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "held: exit 0");
+    let v = json_of(&out);
+    assert_eq!(v["key"], "nightly");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["holder"]["program"], "sh");
+    assert_eq!(v["holder"]["pid"], held.child.id());
+    assert!(v["holder"]["host"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(v["holder"]["started"].as_str().unwrap().ends_with('Z'));
+    let ttl = v["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 20_000 && ttl <= 30_000, "{ttl}");
+    assert!(v["fence"].as_u64().unwrap() > 0);
+    assert_eq!(v["waiters"], 0);
+    // The same in text, for people.
+    let out = verb(&redis, "status", &["nightly"]);
+    let text = stdout_of(&out);
+    assert!(text.contains("state:    held"), "{text}");
+    assert!(text.contains(&format!("pid={}", held.child.id())), "{text}");
+    assert!(text.contains("program=sh"), "{text}");
+    let (code, _) = held.finish();
+    assert_eq!(code, Some(0));
+    let out = verb(&redis, "status", &["nightly", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "free: exit 1, like flock -n");
+    let v = json_of(&out);
+    assert_eq!(v["held"], false);
+    assert_eq!(v["holder"], serde_json::Value::Null);
+    assert!(
+        v["fence"].as_u64().unwrap() > 0,
+        "the last fence stays known"
+    );
+}
+
+#[test]
+fn status_shows_the_queue_and_semaphore_holders() {
+    let redis = Redis::start();
+    let held = Held::start(&redis, &[], "queued");
+    let mut waiter = lockrun(&redis);
+    waiter
+        .args(["--wait", "30s", "queued", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut waiter = waiter.spawn().unwrap();
+    wait_for_line(&mut waiter, "waiting");
+    let v = json_of(&verb(&redis, "status", &["queued", "--json"]));
+    assert_eq!(v["waiters"], 1, "{v}");
+    assert!(v["next_waiter"]["id"].as_str().unwrap().len() == 40, "{v}");
+    held.finish();
+    assert_eq!(wait_output(waiter).status.code(), Some(0));
+
+    let one = Held::start(&redis, &["--limit", "3"], "slots");
+    let two = Held::start(&redis, &["--limit", "3", "-t", "20s"], "slots");
+    let out = verb(&redis, "status", &["slots", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v = json_of(&out);
+    assert_eq!(v["kind"], "semaphore");
+    let holders = v["holders"].as_array().unwrap();
+    let pids: Vec<u64> = holders.iter().map(|h| h["pid"].as_u64().unwrap()).collect();
+    assert_eq!(pids.len(), 2, "{v}");
+    assert!(pids.contains(&u64::from(one.child.id())) && pids.contains(&u64::from(two.child.id())));
+    one.finish();
+    two.finish();
+}
+
+#[test]
+fn status_of_an_unavailable_redis_is_69_and_of_a_foreign_key_64() {
+    let mut cmd = bare_lockrun();
+    cmd.args(["status", "-r", "redis://127.0.0.1:1", "k"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69));
+    let err = stderr_of(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unavailable"), "{err}");
+    let redis = Redis::start();
+    let _: i64 = redis.cmd(&["LPUSH", "a-list", "x"]);
+    let out = verb(&redis, "status", &["a-list"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("not a lock"));
+}
+
+#[test]
+fn list_finds_lockrun_locks_among_thousands_of_other_keys() {
+    let redis = Redis::start();
+    // Thousands of keys that are not lockrun's, some named like locks: list must neither show
+    // nor read them (it scans lockrun's own fencing counters).
+    let mut conn = redis.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..5000 {
+        pipe.set(format!("cache:{i}"), "v").ignore();
+    }
+    pipe.set("deploy-fake", "not a lock").ignore();
+    let () = pipe.query(&mut conn).unwrap();
+    let a = Held::start(&redis, &[], "deploy-eu");
+    let b = Held::start(&redis, &[], "deploy-us");
+    let c = Held::start(&redis, &[], "backup");
+    let out = run({
+        let mut cmd = lockrun(&redis);
+        cmd.args(["old-job", "true"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(0));
+
+    let out = verb(&redis, "list", &["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let keys: Vec<String> = json_of(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        ["backup", "deploy-eu", "deploy-us"],
+        "held only, sorted"
+    );
+    let v = json_of(&verb(&redis, "list", &["deploy-*", "--json"]));
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(rows[0]["holder"]["pid"], a.child.id());
+    assert!(rows[0]["ttl_ms"].as_u64().unwrap() > 0);
+    let v = json_of(&verb(&redis, "list", &["--all", "--json"]));
+    let all: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        all,
+        ["backup", "deploy-eu", "deploy-us", "old-job"],
+        "with --all, free ones too"
+    );
+    let text = stdout_of(&verb(&redis, "list", &[]));
+    assert!(text.starts_with("KEY"), "{text}");
+    assert!(
+        text.contains("deploy-us") && !text.contains("cache:"),
+        "{text}"
+    );
+    // SCAN, never KEYS: KEYS blocks the server for the whole keyspace.
+    assert_eq!(redis.command_calls("keys"), 0);
+    assert!(redis.command_calls("scan") > 0);
+    for h in [a, b, c] {
+        h.finish();
+    }
+}
+
+#[test]
+fn release_needs_force_and_the_running_holder_then_exits_76() {
+    let redis = Redis::start();
+    // TTL 1.5 s: the holder renews every 0.5 s and finds the key gone at the next renewal.
+    let held = Held::start(&redis, &["-t", "1500ms"], "stuck");
+    let out = verb(&redis, "release", &["stuck"]);
+    assert_eq!(out.status.code(), Some(64), "no --force: refused");
+    assert!(stderr_of(&out).contains("--force"), "{}", stderr_of(&out));
+    assert!(redis.exists("stuck"), "nothing deleted without --force");
+
+    let fence: String = redis.cmd(&["GET", "lockrun:fence:{stuck}"]);
+    let out = verb(&redis, "release", &["stuck", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    // Auditable: what was deleted, on stderr.
+    assert!(
+        err.contains("redis lock deleted by release --force"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid={}", held.child.id())), "{err}");
+    assert!(err.contains(&fence), "{err}");
+    assert!(!redis.exists("stuck"));
+    let (code, rest) = held.wait();
+    assert_eq!(
+        code,
+        Some(76),
+        "the holder noticed at its next renewal: {rest}"
+    );
+    assert!(rest.contains("redis lock lost"), "{rest}");
+
+    let out = verb(&redis, "release", &["stuck", "--force"]);
+    assert_eq!(out.status.code(), Some(1), "nothing left to delete");
+    let entries = history(&redis, "stuck");
+    assert_eq!(outcomes(&entries), ["lost", "released"], "{entries:?}");
+}
+
+#[test]
+fn history_records_runs_skips_losses_and_aborts_newest_first() {
+    let redis = Redis::start();
+    let ok = run({
+        let mut cmd = lockrun(&redis);
+        cmd.args(["job", "sh", "-c", "exit 3"]);
+        cmd
+    });
+    assert_eq!(ok.status.code(), Some(3));
+    let held = Held::start(&redis, &[], "job");
+    let skipped = run({
+        let mut cmd = lockrun(&redis);
+        cmd.args(["-E", "0", "job", "true"]);
+        cmd
+    });
+    assert_eq!(skipped.status.code(), Some(0));
+    let timed_out = run({
+        let mut cmd = lockrun(&redis);
+        cmd.args(["--wait", "300ms", "job", "true"]);
+        cmd
+    });
+    assert_eq!(timed_out.status.code(), Some(75));
+    held.finish();
+    // Lost: the key deleted under a running job.
+    let lost = Held::start(&redis, &["-t", "600ms"], "job");
+    let _: i64 = redis.cmd(&["DEL", "job"]);
+    assert_eq!(lost.wait().0, Some(76));
+    // Aborted: SIGTERM to lockrun while the job runs.
+    let aborted = Held::start(&redis, &[], "job");
+    kill(aborted.child.id(), libc::SIGTERM);
+    assert_eq!(aborted.wait().0, Some(143));
+
+    let entries = history(&redis, "job");
+    assert_eq!(
+        outcomes(&entries),
+        ["aborted", "lost", "ran", "skipped", "skipped", "ran"],
+        "{entries:#?}"
+    );
+    let first_run = &entries[5];
+    assert_eq!(first_run["exit_code"], 3);
+    assert!(first_run["fence"].as_u64().unwrap() > 0);
+    assert!(first_run["duration_ms"].as_u64().is_some());
+    assert!(first_run["host"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(first_run["pid"].as_u64().unwrap() > 0);
+    assert!(first_run["time"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(entries[0]["exit_code"], 143);
+    assert_eq!(entries[1]["exit_code"], 76);
+    // The waiter that gave up says how long it waited.
+    assert!(
+        entries[3]["duration_ms"].as_u64().unwrap() >= 300,
+        "{entries:#?}"
+    );
+    // Text for people, newest first.
+    let text = stdout_of(&verb(&redis, "history", &["job"]));
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert!(
+        rows[0].contains("aborted") && rows[5].contains("ran"),
+        "{text}"
+    );
+    // Bounded: expires 40 days after the last run.
+    let ttl: i64 = redis.cmd(&["PTTL", "lockrun:history:{job}"]);
+    assert!(ttl > 39 * 86_400_000 && ttl <= 40 * 86_400_000, "{ttl}");
+}
+
+#[test]
+fn history_is_capped_and_can_be_turned_off() {
+    let redis = Redis::start();
+    for _ in 0..250 {
+        let out = run({
+            let mut cmd = lockrun(&redis);
+            cmd.args(["--history", "10", "capped", "true"]);
+            cmd
+        });
+        assert_eq!(out.status.code(), Some(0));
+    }
+    // Approximate trimming drops whole stream nodes (100 entries by default): about the cap.
+    let len: i64 = redis.cmd(&["XLEN", "lockrun:history:{capped}"]);
+    assert!((10..=110).contains(&len), "{len}");
+    let out = verb(&redis, "history", &["capped", "-n", "5", "--json"]);
+    assert_eq!(json_of(&out).as_array().unwrap().len(), 5);
+
+    let out = run({
+        let mut cmd = lockrun(&redis);
+        cmd.env("LOCKRUN_HISTORY", "0").args(["silent", "true"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!redis.exists("lockrun:history:{silent}"));
+    let text = stdout_of(&verb(&redis, "history", &["silent"]));
+    assert!(text.contains("no runs recorded"), "{text}");
+}
+
+#[test]
+fn a_history_key_spoiled_by_hand_never_changes_a_run() {
+    let redis = Redis::start();
+    let _: () = redis.cmd(&["SET", "lockrun:history:{spoiled}", "oops"]);
+    let out = run({
+        let mut cmd = lockrun(&redis);
+        cmd.args(["spoiled", "sh", "-c", "exit 4"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(4), "{}", stderr_of(&out));
+    assert!(!redis.exists("spoiled"), "released");
+    let out = verb(&redis, "history", &["spoiled"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        stderr_of(&out).contains("not a stream"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn a_lock_named_like_a_command_runs_with_run() {
+    let redis = Redis::start();
+    for name in ["status", "list", "release", "history", "doctor", "run"] {
+        let mut cmd = lockrun(&redis);
+        cmd.args(["run", name, "--", "sh", "-c", "echo \"$LOCKRUN_KEY\""]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr_of(&out));
+        assert_eq!(stdout_of(&out), format!("{name}\n"));
+        assert!(redis.exists(&format!("lockrun:fence:{{{name}}}")));
+    }
+    // Options may come before the command word, as in the run form.
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &redis.url(), "status", "run", "--json"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert_eq!(json_of(&out)["key"], "run");
+    // The run form is untouched for any other name, options first or not.
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-t", "5s", "statuses", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+}
+
+#[test]
+fn command_help_and_usage_errors() {
+    for (args, code) in [
+        (&["status", "--help"][..], 0),
+        (&["status"][..], 64),
+        (&["list", "--bogus"][..], 64),
+        (&["history", "k", "-n", "x"][..], 64),
+        (&["status", "lockrun:fence:{k}"][..], 64),
+    ] {
+        let mut cmd = bare_lockrun();
+        cmd.args(args);
+        let out = run(cmd);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+        if code == 64 {
+            assert_eq!(stderr_of(&out).lines().count(), 1, "{args:?}");
+        }
+    }
+    let mut cmd = bare_lockrun();
+    cmd.arg("--help");
+    let help = stdout_of(&run(cmd));
+    assert!(
+        help.contains("lockrun status"),
+        "the run form's help names the commands: {help}"
+    );
+}
+
+#[test]
+fn with_several_masters_each_run_shows_once_and_a_majority_holds() {
+    let servers = [Redis::start(), Redis::start(), Redis::start()];
+    let urls = servers.iter().map(Redis::url).collect::<Vec<_>>().join(",");
+    let with_urls = |args: &[&str]| {
+        let mut cmd = bare_lockrun();
+        cmd.args(&args[..1]).arg("-r").arg(&urls).args(&args[1..]);
+        cmd
+    };
+    let mut holder = with_urls(&["run", "multi", "sh", "-c", "sleep 1"]);
+    holder.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut holder = holder.spawn().unwrap();
+    wait_for_line(&mut holder, "redis lock acquired");
+    let out = run(with_urls(&["status", "multi", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let v = json_of(&out);
+    assert_eq!(v["holder"]["pid"], holder.id());
+    // One master without the key: still held by the majority.
+    let _: i64 = servers[0].cmd(&["DEL", "multi"]);
+    let v = json_of(&run(with_urls(&["status", "multi", "--json"])));
+    assert_eq!(v["held"], true, "{v}");
+    let skipped = run(with_urls(&["run", "-E", "0", "multi", "true"]));
+    assert_eq!(skipped.status.code(), Some(0));
+    assert_eq!(wait_output(holder).status.code(), Some(0));
+    let out = run(with_urls(&["history", "multi", "--json"]));
+    let entries = json_of(&out);
+    let outcomes: Vec<&str> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    // The holder's run, recorded by each master (one of them found its key deleted: still
+    // "ran" overall), and the skip, recorded where the lock was held.
+    assert_eq!(outcomes, ["ran", "skipped"], "{entries}");
+    let list = json_of(&run(with_urls(&["list", "--all", "--json"])));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+}
+
+#[test]
+fn text_output_keeps_one_line_per_lock_whatever_the_name() {
+    let redis = Redis::start();
+    let held = Held::start(&redis, &[], "evil\nname\u{1b}[31m");
+    let text = stdout_of(&verb(&redis, "list", &[]));
+    assert_eq!(text.lines().count(), 2, "{text:?}");
+    assert!(text.contains("evil\\nname\\u{1b}[31m"), "{text:?}");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    let text = stdout_of(&verb(&redis, "status", &["evil\nname\u{1b}[31m"]));
+    assert!(
+        !text.contains('\u{1b}') && text.contains("evil\\nname"),
+        "{text:?}"
+    );
+    held.finish();
+}
