@@ -4,6 +4,23 @@
 use crate::support::topology::{Cluster, ReplicaSet, Sentinels};
 
 #[test]
+fn topology_ports_are_never_handed_out_twice_nor_from_the_ephemeral_range() {
+    // Sentinels keep knocking on a killed master's port: were that port handed to another
+    // test's server, they would make it their replica (see `port_where`).
+    let ports: Vec<u16> = (0..300).map(|_| crate::support::free_port()).collect();
+    let distinct: std::collections::HashSet<_> = ports.iter().collect();
+    assert_eq!(distinct.len(), ports.len(), "a port was handed out twice");
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    assert!(
+        ports.iter().all(|&p| p < first),
+        "ports from the kernel's ephemeral range (from {first}): {ports:?}"
+    );
+}
+
+#[test]
 fn topology_sentinels_name_the_master_and_fail_over() {
     let set = ReplicaSet::start(2);
     let sentinels = Sentinels::start(&set, 3);

@@ -359,12 +359,42 @@ fn make_certificates(dir: &Path) {
     );
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, and one this test process has not handed out
+/// before: see [`port_where`].
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    port_where(|_| true)
+}
+
+/// Where [`port_where`] takes ports from: below the kernel's ephemeral range (32768 and up
+/// here), so no client connection's source port can sit on a server's port either.
+const PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A free loopback port that also satisfies `also` (e.g. "port + 10000 is free too"), never
+/// the same one twice in one test process. Ports are not recycled because a topology test
+/// kills servers on purpose, and whoever watched a dead server keeps knocking on its port:
+/// Sentinels that find a stranger there make it a replica of their master (`SLAVEOF`, then
+/// `CLIENT KILL` of its clients), so a recycled port let one test reconfigure another's
+/// server (seen as a lockrun whose release met "broken pipe" three times in a row, and one
+/// whose renewals no replica acknowledged). The walk starts at a place chosen by the process
+/// id, so two suites running at once start far apart; a port that is taken is skipped.
+pub fn port_where(also: impl Fn(u16) -> bool) -> u16 {
+    static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    let span = PORTS.end - PORTS.start;
+    let mut port = next.unwrap_or(PORTS.start + (std::process::id() % u32::from(span)) as u16);
+    for _ in 0..span {
+        let candidate = port;
+        port = if port + 1 >= PORTS.end {
+            PORTS.start
+        } else {
+            port + 1
+        };
+        if also(candidate) && TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            *next = Some(port);
+            return candidate;
+        }
+    }
+    panic!("no free loopback port in {PORTS:?}")
 }
 
 pub fn lockrun_bin() -> &'static Path {

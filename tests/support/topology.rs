@@ -836,13 +836,10 @@ pub fn wait_for_go(file: &Path) -> String {
     )
 }
 
-/// A free port for a cluster node: its bus listens on port + 10000, which must exist (the
-/// kernel hands out ephemeral ports up to 60999) and be free as well.
+/// A free port for a cluster node: its bus listens on port + 10000, which must be free too,
+/// and below the ephemeral range as well.
 fn cluster_port() -> u16 {
-    loop {
-        let port = free_port();
-        if port <= 55000 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            return port;
-        }
-    }
+    super::port_where(|port| {
+        port + 10000 < 32768 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok()
+    })
 }
