@@ -13,8 +13,9 @@ use std::time::Duration;
 
 /// Shortest lease: below this, one slow round trip or scheduler hiccup loses the lock.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
-/// Runs a key's history keeps by default (`--history`).
+/// Runs a key's history keeps by default (`--history`), and at most.
 pub const DEFAULT_HISTORY: u32 = 100;
+pub const MAX_HISTORY: u32 = 10_000;
 /// Longest lease: a crashed holder blocks everyone else for up to one TTL.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -329,7 +330,7 @@ fn parse_acks(s: &str) -> Result<u32, String> {
 }
 
 fn parse_history(s: &str) -> Result<u32, String> {
-    parse_bounded(s, 0, 10_000, "--history").map(|n| n as u32)
+    parse_bounded(s, 0, MAX_HISTORY.into(), "--history").map(|n| n as u32)
 }
 
 fn parse_exit_code(s: &str) -> Result<u8, String> {

@@ -13,9 +13,10 @@ use serde_json::json;
 use std::time::Duration;
 use tracing::{error, info};
 
-/// History entries a forced release keeps when it is the first run the key's history sees:
-/// the run form's default (`--history`).
-const HISTORY: u32 = crate::cli::DEFAULT_HISTORY;
+/// The trimming cap of the entry a forced release adds to a key's history: the largest any run
+/// may ask for (`--history`), so the entry never cuts a history shorter than its runs keep it.
+/// (The entry is added only to a history that exists: see force_release.lua.)
+const HISTORY: u32 = crate::cli::MAX_HISTORY;
 
 pub async fn run(
     nodes: &mut [RedisLock],
