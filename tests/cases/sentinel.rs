@@ -2,6 +2,7 @@
 //! follows a failover, and never silently re-acquires a lock the failover lost. Real master,
 //! replicas and Sentinels on loopback (support::topology).
 
+use crate::support::proxy::{Fault, Proxy};
 use crate::support::topology::{wait_for_go, Job, ReplicaSet, Sentinels, MASTER_NAME};
 use crate::support::*;
 use std::process::Command;
@@ -424,4 +425,53 @@ fn sentinel_over_tls_rediss_sentinel_url_with_the_test_ca() {
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "");
+}
+
+#[test]
+fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_first_answer() {
+    // Three sentinels listed; one of them (the fastest to answer) names another primary than
+    // the other two: a sentinel cut off with an old, still writable primary looks like this,
+    // and so does one of another set under the same service name. Before, the first answer
+    // won and the lock went to that primary; now lockrun waits for a majority.
+    let (set, stray) = (ReplicaSet::start(1), ReplicaSet::start(0));
+    let (sentinels, stray_sentinel) = (Sentinels::start(&set, 2), Sentinels::start(&stray, 1));
+    let slow: Vec<Proxy> = sentinels
+        .nodes
+        .iter()
+        .map(|n| {
+            let p = Proxy::start(format!("127.0.0.1:{}", n.port).parse().unwrap());
+            p.set(Fault::DelayReplies(std::time::Duration::from_millis(150)));
+            p
+        })
+        .collect();
+    let url = format!(
+        "redis+sentinel://{},127.0.0.1:{},127.0.0.1:{}/{MASTER_NAME}",
+        stray_sentinel.addrs()[0],
+        slow[0].port,
+        slow[1].port
+    );
+    for i in 0..3 {
+        let mut cmd = via(&url);
+        cmd.args([&format!("majority{i}"), "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        let history = format!("lockrun:history:{{majority{i}}}");
+        assert!(
+            set.master.exists(&history),
+            "run {i} did not lock on the majority's primary: {}",
+            stderr_of(&out)
+        );
+        assert!(
+            !stray.master.exists(&history),
+            "run {i} locked on the primary a single sentinel named"
+        );
+    }
+
+    // No majority at all (the two agreeing sentinels gone): unavailable, named in one line.
+    drop(slow);
+    let mut cmd = via(&url);
+    cmd.args(["majority-none", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert!(!stray.master.exists("lockrun:history:{majority-none}"));
 }
