@@ -240,11 +240,18 @@ impl Connector {
         .map_err(Fail::Redis)
     }
 
-    /// Asks every sentinel at once and takes the first that names a primary: a dead or
-    /// black-holed sentinel costs nothing while another answers. (The redis crate's own
-    /// Sentinel client asks in list order, so a stalled first sentinel would stall every
-    /// connection; and it connects to the primary twice to check its role. A primary that is
-    /// no longer one answers our first write with READONLY, which reconnects and asks again.)
+    /// Asks every sentinel at once and takes the primary that a majority of the listed
+    /// sentinels name, as soon as that many agree: a dead or black-holed sentinel costs nothing
+    /// while a majority answers. Not the first answer: while a failover is under way the
+    /// sentinels disagree (the leader names the promoted replica before the others have heard),
+    /// and a sentinel cut off with the old primary on the minority side of a partition still
+    /// names it, writable; a lock taken or renewed there is one the majority's primary knows
+    /// nothing of. Without a majority lockrun reports the server unavailable and tries again
+    /// (a waiting lockrun and the watchdog retry), as Sentinel itself needs a quorum to fail
+    /// over. (The redis crate's own Sentinel client asks in list order, so a stalled first
+    /// sentinel would stall every connection; and it connects to the primary twice to check
+    /// its role. A primary that is no longer one answers our first write with READONLY, which
+    /// reconnects and asks again.)
     async fn ask_sentinels(&self, service: &str) -> Result<(String, u16), Fail> {
         let mut asks = tokio::task::JoinSet::new();
         // Half the budget: the primary still has to be connected to within the rest.
@@ -266,16 +273,45 @@ impl Connector {
                 tokio::time::timeout(budget, ask).await
             });
         }
+        let need = self.sentinels.len() / 2 + 1;
+        let mut named: Vec<((String, u16), usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         while let Some(joined) = asks.join_next().await {
             match joined {
-                Ok(Ok(Ok(Some(addr)))) => return Ok(addr),
+                Ok(Ok(Ok(Some(addr)))) => {
+                    let votes = match named.iter_mut().find(|(a, _)| *a == addr) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            named.push((addr.clone(), 1));
+                            1
+                        }
+                    };
+                    if votes >= need {
+                        return Ok(addr);
+                    }
+                }
                 Ok(Ok(Ok(None))) => unknown += 1,
                 Ok(Ok(Err(e))) => last = Some(e),
                 Ok(Err(_)) | Err(_) => {}
             }
         }
         let shown = &self.endpoint.shown;
+        if !named.is_empty() {
+            let names: Vec<String> = named
+                .iter()
+                .map(|((host, port), n)| format!("{host}:{port} ({n})"))
+                .collect();
+            return Err(Fail::Unavailable(format!(
+                "no majority of the {} sentinels of {shown} names one primary for '{service}' \
+                 (they name {}): a failover under way, sentinels cut off, or sentinels of \
+                 another set listed under the same name",
+                self.sentinels.len(),
+                names.join(", ")
+            )));
+        }
         if unknown == self.sentinels.len() {
             return Err(Fail::Refused(format!(
                 "the sentinels of {shown} know no primary named '{service}' (the name in `sentinel monitor <name>`)"
