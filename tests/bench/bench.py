@@ -19,6 +19,9 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "lockrun")
 WRAPPER = os.path.join(ROOT, "tests", "bench", "peers", "wrapper.py")
+# The floor program (tests/bench/floor.c), built by run.sh: dynamic and static.
+FLOOR = os.path.join(ROOT, "target", "bench-floor")
+FLOOR_STATIC = os.path.join(ROOT, "target", "bench-floor-static")
 PY = sys.executable
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
 
@@ -140,6 +143,8 @@ def overhead(redis, tmp):
         "flock -n FILE true": ["flock", "-n", flockfile, "true"],
         "lockrun (TCP)": [BIN, "-q", "-r", redis.tcp, "bench-tcp", "--", "true"],
         "lockrun (unix socket)": [BIN, "-q", "-r", redis.unix, "bench-unix", "--", "true"],
+        "floor program (C, dynamic)": [FLOOR, "127.0.0.1", str(redis.port), "bench-floor", "true"],
+        "floor program (C, static)": [FLOOR_STATIC, "127.0.0.1", str(redis.port), "bench-floor-s", "true"],
         "redis-cli SET NX PX + DEL (sh)": ["sh", "-c",
             f"'redis-cli -p {redis.port} SET bench-cli 1 NX PX 30000 >/dev/null && true; redis-cli -p {redis.port} DEL bench-cli >/dev/null'"],
     }
@@ -188,8 +193,8 @@ def roundtrips(redis):
     # Renewals: one EVAL per TTL/3.
     before = redis.commandstats()
     subprocess.run([BIN, "-q", "-t", "300ms", "-r", redis.unix, "rt-renew", "--", "sleep", "1"], env=ENV)
-    d = delta(before, redis.commandstats(), {"eval"})
-    print(f"| `-t 300ms -- sleep 1` (renewals every 100 ms) | {d.get('eval', 0)} EVAL in total | 1 |")
+    d = delta(before, redis.commandstats(), {"eval", "evalsha"})
+    print(f"| `-t 300ms -- sleep 1` (renewals every 100 ms) | {d.get('eval', 0) + d.get('evalsha', 0)} scripts in total | 1 |")
 
 
 def vm_hwm_kib(pid):
@@ -344,6 +349,48 @@ def contention(redis, tmp):
     print(f"\nlockrun throughput is {b / a:.2f}x flock's in the same run.")
 
 
+def servercost(redis):
+    """Redis server time per uncontended lock cycle (acquire + release): `INFO commandstats`
+    usec of the top-level script calls, interleaved in rounds so every contender sees the same
+    server; and requests per run."""
+    contenders = {
+        "floor program (SET NX PX + INCR; GET + DEL)": [FLOOR, "127.0.0.1", str(redis.port), "cost-floor", "true"],
+        "lockrun (history on, the default)": [BIN, "-q", "-r", redis.tcp, "cost-lockrun", "--", "true"],
+        "lockrun --history 0": [BIN, "-q", "--history", "0", "-r", redis.tcp, "cost-nohist", "--", "true"],
+    }
+    usec = {name: 0 for name in contenders}
+    runs = {name: 0 for name in contenders}
+    scripts = ("eval", "evalsha")
+    for argv in contenders.values():  # the server caches every script once
+        subprocess.run(argv, env=ENV, check=True)
+    for _ in range(10):
+        for name, argv in contenders.items():
+            redis.cmd("CONFIG", "RESETSTAT")
+            for _ in range(100):
+                subprocess.run(argv, env=ENV)
+            stats = redis.info("commandstats")
+            usec[name] += sum(int(stats[f"cmdstat_{c}"].split("usec=")[1].split(",")[0])
+                              for c in scripts if f"cmdstat_{c}" in stats)
+            runs[name] += 100
+    # Requests: the top-level commands each client sent (commandstats counts the commands a
+    # script runs under their own names, so only the TOP_LEVEL ones are requests).
+    requests = {}
+    for name, argv in contenders.items():
+        before = redis.commandstats()
+        for _ in range(50):
+            subprocess.run(argv, env=ENV)
+        d = delta(before, redis.commandstats(), TOP_LEVEL - {"info"})
+        requests[name] = sum(d.values()) / 50
+    floor = usec[next(iter(contenders))] / runs[next(iter(contenders))]
+    print("\n### Redis server time per uncontended lock cycle (acquire + release)\n")
+    print("| client | server µs per cycle | vs floor | requests per run |")
+    print("|---|---|---|---|")
+    for name in contenders:
+        per = usec[name] / runs[name]
+        print(f"| {name} | {per:.1f} | {per / floor:.2f}x | {requests[name]:g} |")
+    print(f"\n({runs[next(iter(contenders))]} cycles each, interleaved in rounds of 100.)")
+
+
 def topologies(redis, tmp):
     sys.path.insert(0, os.path.dirname(__file__))
     import topo
@@ -351,7 +398,7 @@ def topologies(redis, tmp):
 
 
 def main():
-    parts = sys.argv[1:] or ["overhead", "roundtrips", "memory", "scale", "contention", "topologies"]
+    parts = sys.argv[1:] or ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "topologies"]
     print(f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
           f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
           f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}")

@@ -3,7 +3,7 @@
 # against a local throwaway redis-server, and prints Markdown tables (see README "Performance").
 #
 #   bash tests/bench/run.sh            # everything (~5 min)
-#   bash tests/bench/run.sh overhead   # one part: overhead | roundtrips | memory | scale | contention | topologies
+#   bash tests/bench/run.sh overhead   # one part: overhead | servercost | roundtrips | memory | scale | contention | topologies
 #
 # Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd (Debian packages)
 # and redis-py, python-redis-lock, pottery (into a virtualenv under target/bench-venv).
@@ -28,4 +28,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q redis python-redis-lock pottery
 fi
 cargo build --release --locked
+# The floor program: the least a lock wrapper can do (see floor.c), dynamic and static.
+command -v cc >/dev/null || { echo ">>> installing gcc with apt-get" >&2; sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo; $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
+cc -O2 -o target/bench-floor tests/bench/floor.c
+cc -O2 -static -o target/bench-floor-static tests/bench/floor.c
 exec "$venv/bin/python" tests/bench/bench.py "$@"
