@@ -1,0 +1,48 @@
+#!/bin/sh
+# A cron replacement for a container, small enough to copy: every TICK_SECONDS, aligned to the
+# wall clock (so every replica ticks at the same moment, like cron on several hosts), run the job
+# through lockrun. Exactly one replica gets each tick; the others log "redis lock already
+# acquired" and skip (-E 0: a skip is a success).
+#
+# --min-hold keeps the lock for most of the tick even when the job is quick, so a replica whose
+# tick comes late (a slow start, a stalled node) cannot run the same tick again after the first
+# one released; the key then expires by its TTL before the next tick.
+#
+# This shell is PID 1 of the container: it traps SIGTERM (docker stop, a pod's deletion) and
+# passes it to the running lockrun, which forwards it to the job's process group, waits for the
+# job, releases the lock and exits with the job's code. Orphans of the job are reaped by lockrun
+# (--subreaper), not left to this shell.
+set -u
+key=${LOCKRUN_KEY_NAME:-report}
+tick=${TICK_SECONDS:-10}
+min_hold=${MIN_HOLD:-$((tick * 8 / 10))s}
+child=
+
+stop() {
+  echo "tick: $1, stopping"
+  if [ -n "$child" ]; then
+    kill -TERM "$child" 2>/dev/null
+    wait "$child"
+    echo "tick: lockrun exit=$?"
+  fi
+  exit 143
+}
+trap 'stop SIGTERM' TERM
+trap 'stop SIGINT' INT
+
+while :; do
+  # Sleep to the next multiple of $tick seconds, to the nanosecond (whole seconds would let
+  # replicas drift apart by up to a second).
+  ns=$(date +%s%N)
+  left=$((tick * 1000000000 - ns % (tick * 1000000000)))
+  sleep "$((left / 1000000000)).$(printf %09d $((left % 1000000000)))" &
+  wait $!                                   # a trapped signal interrupts this wait at once
+  slot=$(date +%s)
+  echo "tick: slot=$((slot - slot % tick))"
+  lockrun -E 0 --subreaper --min-hold "$min_hold" "$key" -- /usr/local/bin/job.sh &
+  child=$!
+  wait "$child"
+  rc=$?
+  child=
+  echo "tick: lockrun exit=$rc"
+done
