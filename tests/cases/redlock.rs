@@ -265,6 +265,19 @@ fn two_urls_and_semaphores_are_refused() {
     assert!(err.contains("3 or more"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
+    // One master given twice: three URLs, but a "majority" of two could be that one server.
+    let mut cmd = bare_lockrun();
+    for r in [&nodes[0], &nodes[1], &nodes[0]] {
+        cmd.arg("-r").arg(r.url());
+    }
+    cmd.args(["k", "--", "echo", "ran"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("twice"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!nodes[0].exists("k"), "nothing locked");
+
     let mut cmd = redlock(&nodes);
     cmd.args(["--limit", "2", "k", "--", "echo", "ran"]);
     let out = run(cmd);
