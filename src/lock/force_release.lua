@@ -17,9 +17,10 @@ else
   end
 end
 redis.call('DEL', KEYS[1])
--- Only into a history the key's runs keep (none with --history 0), and trimmed at the largest
--- cap a run may ask for (the caller's ARGV[2]): the runs' own cap is theirs to apply.
-if redis.call('EXISTS', KEYS[5]) == 1 then note(KEYS[5], 2) end
+-- Always recorded (an operator's deletion is audited even for a key whose runs record nothing),
+-- and trimmed only at the largest cap a run may ask for (the caller's ARGV[2]): the runs' own
+-- cap is theirs to apply.
+note(KEYS[5], 2)
 if not bad_queue(KEYS[2], KEYS[3]) then
   prune_queue(KEYS[2], KEYS[3], now_ms())
   wake_head(KEYS[2], ARGV[1])

@@ -15,7 +15,7 @@ use tracing::{error, info};
 
 /// The trimming cap of the entry a forced release adds to a key's history: the largest any run
 /// may ask for (`--history`), so the entry never cuts a history shorter than its runs keep it.
-/// (The entry is added only to a history that exists: see force_release.lua.)
+/// (The entry is recorded even for a key whose runs record nothing: the deletion is audited.)
 const HISTORY: u32 = crate::cli::MAX_HISTORY;
 
 pub async fn run(

@@ -362,7 +362,7 @@ fn history_is_capped_and_can_be_turned_off() {
 }
 
 #[test]
-fn release_force_neither_trims_a_long_history_nor_starts_one_for_a_key_without() {
+fn release_force_never_trims_a_long_history_and_is_recorded_even_without_one() {
     let redis = Redis::start();
     // A key run with --history 300: its 250 entries stay (the forced release adds one).
     for i in 0..250 {
@@ -382,16 +382,14 @@ fn release_force_neither_trims_a_long_history_nor_starts_one_for_a_key_without()
     let len: i64 = redis.cmd(&["XLEN", "lockrun:history:{long}"]);
     assert_eq!(len, 251, "the forced release trimmed the key's history");
 
-    // A key whose runs record nothing (--history 0): still nothing recorded.
+    // A key whose runs record nothing (--history 0): the deletion itself is still audited,
+    // and nothing else is recorded.
     let held = Held::start(&redis, &["--history", "0", "-t", "1500ms"], "quiet");
     let out = verb(&redis, "release", &["quiet", "--force"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let (code, _) = held.wait();
     assert_eq!(code, Some(76));
-    assert!(
-        !redis.exists("lockrun:history:{quiet}"),
-        "a history was started for a key run with --history 0"
-    );
+    assert_eq!(outcomes(&history(&redis, "quiet")), ["released"]);
 }
 
 #[test]
