@@ -74,6 +74,24 @@ fn too_few_replicas_means_not_acquired_and_nothing_left_locked() {
 }
 
 #[test]
+fn a_stopped_replica_means_not_acquired_and_nothing_left_locked() {
+    // The replica is attached but frozen (SIGSTOP): the master has it, WAIT gets no answer
+    // from it. The acquire must fail cleanly, not hang, and leave no key on the master.
+    let set = ReplicaSet::start(1);
+    let replica = &set.replicas[0];
+    replica.signal(libc::SIGSTOP);
+    let mut cmd = on(&set);
+    cmd.args(["-t", "900ms", "--acks", "1", "frozen", "echo", "ran"]);
+    let out = run(cmd);
+    replica.signal(libc::SIGCONT);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("only 0 of 1 replicas acknowledged"), "{err}");
+    assert_eq!(stdout_of(&out), "", "the command never ran");
+    assert_eq!(set.master.cli(&["EXISTS", "frozen"]), "0", "given back");
+}
+
+#[test]
 fn renewals_that_no_replica_confirms_stop_the_job_before_its_lease_ends() {
     let set = ReplicaSet::start(1);
     let dir = tempfile::tempdir().unwrap();
