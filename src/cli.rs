@@ -5,7 +5,7 @@
 
 use crate::duration::{self, Wait};
 use crate::exit_codes::ExitCode;
-use crate::lock::redis::RESERVED_PREFIX;
+use crate::lock::keys::RESERVED_PREFIX;
 use crate::logging::Format;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;

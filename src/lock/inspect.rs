@@ -4,7 +4,8 @@
 //! Like the lock protocol, every read of one key is one `EVAL`, so what it shows is one
 //! consistent moment (holder, TTL, fence and queue read together).
 
-use super::redis::{as_string, history_args, unexpected, Keys, RedisLock};
+use super::keys::{history_args, Keys};
+use super::redis::{as_string, unexpected, RedisLock};
 use super::{Holder, LockError, LockSpec, Note};
 use redis::Value;
 use std::time::Duration;
@@ -177,7 +178,7 @@ impl RedisLock {
     /// The names of every lock this server has handed a fence for (the fencing counters
     /// outlive the locks), by `SCAN` (never `KEYS`: it blocks the server) on every primary.
     pub async fn known_keys(&mut self) -> Result<Vec<String>, LockError> {
-        let prefix = format!("{}fence:", super::redis::RESERVED_PREFIX);
+        let prefix = format!("{}fence:", super::keys::RESERVED_PREFIX);
         let mut names = Vec::new();
         for node in self.primaries().await? {
             let at = node.as_ref().map(|(h, p)| (h.as_str(), *p));
@@ -262,7 +263,7 @@ fn lock_name(suffix: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::redis::helper_key;
+    use crate::lock::keys::helper_key;
 
     #[test]
     fn lock_names_come_back_from_their_helper_keys() {

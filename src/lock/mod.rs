@@ -11,6 +11,7 @@ pub mod connect;
 pub mod endpoint;
 pub mod errors;
 pub mod inspect;
+pub mod keys;
 pub mod probe;
 pub mod redis;
 pub mod redlock;

@@ -12,8 +12,9 @@ mod checks;
 
 use super::print_json;
 use crate::exit_codes::ExitCode;
+use crate::lock::keys::{helper_key, wake_channel};
 use crate::lock::probe::Probe;
-use crate::lock::redis::{helper_key, wake_channel, RedisLock};
+use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
 use checks::{finding, Access, ClockSample, Finding, Info, Server, Verdict};
 use redis::Value;

@@ -1,0 +1,189 @@
+//! What lockrun keeps beside a lock and how it is named: the helper keys (fencing counter,
+//! waiter queue, tickets, wake-up channel, run history), the holder's identity written into
+//! the lock's value, and the history entry a script appends. No I/O: the single-node protocol
+//! (redis.rs) and the operators' reads (inspect.rs) both build on these names.
+
+use super::{Holder, LockSpec, Note};
+
+/// Where release hints for `key` are published: named like the helper keys, so that on a
+/// Cluster the channel is in the lock's slot (sharded pub/sub from inside the scripts).
+pub fn wake_channel(key: &str) -> String {
+    helper_key(key, "wake")
+}
+
+/// The keys that go with a lock key.
+pub(super) struct Keys {
+    /// Fencing counter; never expires.
+    pub(super) fence: String,
+    /// Waiters in arrival order, and their tickets' expiry.
+    pub(super) queue: String,
+    pub(super) tickets: String,
+    pub(super) channel: String,
+    /// The run history stream (`lockrun history`).
+    pub(super) history: String,
+}
+
+impl Keys {
+    pub(super) fn of(key: &str) -> Keys {
+        Keys {
+            fence: helper_key(key, "fence"),
+            queue: helper_key(key, "waiters"),
+            tickets: helper_key(key, "tickets"),
+            channel: wake_channel(key),
+            history: helper_key(key, "history"),
+        }
+    }
+}
+
+/// A script's own arguments followed by its history arguments (see [`history_args`]).
+pub(super) fn with_history<'a>(args: &[&'a String], history: &'a [String]) -> Vec<&'a str> {
+    args.iter()
+        .map(|a| a.as_str())
+        .chain(history.iter().map(String::as_str))
+        .collect()
+}
+
+/// The script arguments that record `note` in the key's history: the cap (0: record nothing),
+/// then the entry's field/value pairs (see `note` in queue.lua). The fields are public: the
+/// holder's public id (which run this was, also across several masters), host and pid; never
+/// the token.
+pub(super) fn history_args(
+    spec: &LockSpec,
+    holder: &Holder,
+    fence: Option<u64>,
+    note: Option<&Note>,
+) -> Vec<String> {
+    let Some(note) = note.filter(|_| spec.history > 0) else {
+        return vec!["0".into()];
+    };
+    let mut args = vec![
+        spec.history.to_string(),
+        "outcome".into(),
+        note.outcome.as_str().into(),
+        "host".into(),
+        holder.host.clone(),
+        "pid".into(),
+        holder.pid.to_string(),
+        "id".into(),
+        holder.id.clone(),
+        "duration_ms".into(),
+        note.duration.as_millis().to_string(),
+    ];
+    if let Some(fence) = fence {
+        args.extend(["fence".into(), fence.to_string()]);
+    }
+    if let Some(code) = note.exit_code {
+        args.extend(["exit_code".into(), code.to_string()]);
+    }
+    args
+}
+
+/// Every key lockrun keeps beside a lock starts with this; lock names may not (see
+/// `cli::parse_key`), so no lock can ever be another lock's counter or queue.
+pub const RESERVED_PREFIX: &str = "lockrun:";
+
+/// `lockrun:<what>:{KEY}` for a plain key, `lockrun:<what>:=KEY` for one that has a hash tag of
+/// its own (or a `}` that makes wrapping impossible). The character after `<what>:` tells the two
+/// forms apart, so different lock names never share a helper key. Either form lives in the
+/// same Redis Cluster hash slot as KEY where that is possible: `{KEY}` hashes like KEY, and in
+/// the raw form KEY's own tag is the first `{...}` of the helper key. (A key with a `}` but no
+/// tag, like `a}b`, hashes whole; its helpers cannot share its slot, which only matters on a
+/// Cluster.)
+pub fn helper_key(key: &str, what: &str) -> String {
+    if has_hash_tag(key) || key.contains('}') {
+        format!("{RESERVED_PREFIX}{what}:={key}")
+    } else {
+        format!("{RESERVED_PREFIX}{what}:{{{key}}}")
+    }
+}
+
+pub(super) fn has_hash_tag(key: &str) -> bool {
+    match key.find('{') {
+        Some(open) => matches!(key[open + 1..].find('}'), Some(len) if len > 0),
+        None => false,
+    }
+}
+
+impl Holder {
+    /// A fresh holder identity: 128 random bits from the OS (the secret token), the public id
+    /// derived from it, plus who and where we are, and which program the lock is for.
+    pub fn new(program: &std::ffi::OsStr) -> Holder {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let id = super::public_id(&token);
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .map(|h| one_word(&h))
+            .unwrap_or_else(|| "unknown".into());
+        let pid = std::process::id();
+        let value = format!(
+            "{id} host={host} pid={pid} started={} program={}",
+            crate::logging::utc_now(),
+            program_name(program)
+        );
+        Holder {
+            token,
+            id,
+            value,
+            host,
+            pid,
+        }
+    }
+}
+
+/// The command's file name as one word of the holder value (what `lockrun status` shows):
+/// only the last path component, as `ps` would show it (a directory may say more than its
+/// operators want every client to read), at most 64 characters, anything that is not a
+/// printable non-space character replaced by `?`.
+pub fn program_name(program: &std::ffi::OsStr) -> String {
+    let lossy = program.to_string_lossy();
+    let base = lossy.rsplit('/').next().unwrap_or_default();
+    let name = one_word(&base.chars().take(64).collect::<String>());
+    if name.is_empty() {
+        "?".into()
+    } else {
+        name
+    }
+}
+
+fn one_word(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() || c.is_whitespace() {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helper_keys_share_the_slot_and_never_collide() {
+        assert_eq!(helper_key("nightly", "fence"), "lockrun:fence:{nightly}");
+        assert_eq!(
+            helper_key("job:{tenant1}:x", "fence"),
+            "lockrun:fence:=job:{tenant1}:x"
+        );
+        assert_eq!(helper_key("a{}b", "waiters"), "lockrun:waiters:=a{}b");
+        assert_eq!(helper_key("a}b", "fence"), "lockrun:fence:=a}b");
+        assert_eq!(helper_key("a{b", "fence"), "lockrun:fence:{a{b}");
+        // The old scheme gave `a` and `{a}` one counter; the marker keeps them apart.
+        assert_ne!(helper_key("a", "fence"), helper_key("{a}", "fence"));
+        assert_ne!(helper_key("a", "fence"), helper_key("{a}:fence", "fence"));
+    }
+
+    #[test]
+    fn holder_value_starts_with_the_public_id_and_never_shows_the_token() {
+        let h = Holder::new(std::ffi::OsStr::new("job"));
+        assert_eq!(h.token.len(), 32);
+        assert_eq!(h.id, crate::lock::public_id(&h.token));
+        assert!(h.value.starts_with(&format!("{} host=", h.id)));
+        assert!(!h.value.contains(&h.token));
+        assert_ne!(Holder::new(std::ffi::OsStr::new("job")).token, h.token);
+    }
+}
