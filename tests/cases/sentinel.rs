@@ -40,6 +40,29 @@ fn sentinel_url_finds_the_master_and_the_lock_lives_there_while_the_job_runs() {
     assert!(err.contains("redis lock released"), "{err}");
     assert!(!set.master.exists("sentinel-job"), "released on the master");
     assert!(set.master.exists("lockrun:fence:{sentinel-job}"));
+
+    // The operators' commands take the same URL: status from inside the job sees it held,
+    // history afterwards has the run.
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["sentinel-job", "--"]).arg(lockrun_bin()).args([
+        "-r",
+        &sentinels.url(),
+        "status",
+        "--json",
+        "sentinel-job",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert_eq!(status["held"], true, "{status}");
+    assert!(status["fence"].as_u64().is_some(), "{status}");
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["history", "--json", "sentinel-job"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(2), "{runs}");
+    assert_eq!(runs[0]["outcome"], "ran", "{runs}");
 }
 
 #[test]
