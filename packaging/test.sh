@@ -160,13 +160,22 @@ for c in "${replicas[@]}"; do
   [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || fail "container $c is not running"
 done
 ok "redis + 3 cron-service replicas running"
+# The job image (FROM lockrun) run as documented: lockrun is PID 1 there, the job its command.
+job_out=$(docker run --rm --network "${COMPOSE_PROJECT_NAME}_default" \
+  -e LOCKRUN_REDIS_URL=redis://redis:6379 lockrun-test-job 2>&1) \
+  || { echo "$job_out" >&2; fail "the job image (FROM lockrun) did not run its job"; }
+grep -q '^job ran, fence=[0-9]' <<<"$job_out" || { echo "$job_out" >&2; fail "the job image: no fence"; }
+grep -q 'redis lock released' <<<"$job_out" || { echo "$job_out" >&2; fail "the job image: not released"; }
+ok "the job image (FROM lockrun, lockrun as PID 1) ran its job under the lock and released it"
 
 phase "compose: three ticks of $tick s (job 3 s, exit 3; --min-hold 4s)"
 # Every replica ticks at multiples of $tick on the shared clock. The first whole tick is the next
 # boundary after all three are up; watch three ticks, check the key between ticks.
 now_s() { date +%s.%N; }
 sleep_until() { local d; d=$(awk -v t="$1" -v n="$(now_s)" 'BEGIN { d = t - n; print (d > 0 ? d : 0) }'); sleep "$d"; }
-first=$(( ( $(date +%s) / tick + 1 ) * tick ))
+# A second of margin: a replica whose shell had not yet read the clock when `up -d` returned
+# would otherwise wait for the tick after.
+first=$(( ( ($(date +%s) + 1) / tick + 1 ) * tick ))
 last=$(( first + 2 * tick ))
 # docker exec, not docker-compose exec: it answers in ~0.1 s instead of ~1 s, which matters here.
 redis_id=$("${compose[@]}" ps -q redis)
