@@ -14,7 +14,7 @@ import time
 # by a client (lockrun, its cluster/sentinel discovery). REPLCONF is the replica's own.
 SCRIPT_INNER = {"replconf", "set", "get", "del", "pexpire", "pttl", "publish", "spublish", "time", "type", "exists",
                 "incr", "zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zrank", "zrem",
-                "zremrangebyscore", "zscore"}
+                "zremrangebyscore", "zscore", "xadd"}
 
 
 class Node:
