@@ -121,6 +121,32 @@ fn status_of_a_held_lock_says_who_since_when_and_the_fence() {
 }
 
 #[test]
+fn status_held_for_counts_from_the_acquisition_not_from_the_wait() {
+    // The second holder waits ~3 s in the queue; `held for` must not count that wait.
+    let redis = Redis::start();
+    let first = Held::start(&redis, &[], "since");
+    let go = first.go.clone();
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::write(go, "").unwrap();
+    });
+    let second = Held::start(&redis, &["--wait", "20s"], "since");
+    opener.join().unwrap();
+    let out = verb(&redis, "status", &["since", "--json"]);
+    let v = json_of(&out);
+    assert_eq!(v["holder"]["pid"], second.child.id(), "{v}");
+    let held_for = v["held_for_ms"].as_u64().expect("held_for_ms");
+    assert!(
+        held_for < 2000,
+        "held for {held_for} ms just after acquiring (it waited ~3 s before): {v}"
+    );
+    let (code, _) = first.wait();
+    assert_eq!(code, Some(0));
+    let (code, _) = second.finish();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
 fn status_shows_the_queue_and_semaphore_holders() {
     let redis = Redis::start();
     let held = Held::start(&redis, &[], "queued");
