@@ -1,9 +1,12 @@
 -- What `lockrun status` and `lockrun list` show about one lock, read in one round trip; nothing
 -- is written. KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
--- Returns {type, fence or '', live waiters, next waiter's id or '', ms since it queued, then
--- holder value and ms left, for each holder (one for a lock, each live slot of a semaphore)}.
+-- Returns {type, fence or '', live waiters, next waiter's id or '', ms since it queued, the
+-- server's clock in µs, then holder value and ms left, for each holder (one for a lock, each
+-- live slot of a semaphore)}. The clock tells how long a lock has been held: its fence is the
+-- server's clock at the acquisition (see next_fence).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local kind = redis.call('TYPE', KEYS[1]).ok
 local fence = ''
 if redis.call('TYPE', KEYS[2]).ok == 'string' then fence = redis.call('GET', KEYS[2]) end
@@ -20,7 +23,7 @@ if redis.call('TYPE', KEYS[3]).ok == 'zset' and redis.call('TYPE', KEYS[4]).ok =
     end
   end
 end
-local out = {kind, fence, waiters, next_id, since}
+local out = {kind, fence, waiters, next_id, since, now_us}
 if kind == 'string' then
   table.insert(out, redis.call('GET', KEYS[1]))
   table.insert(out, redis.call('PTTL', KEYS[1]))

@@ -26,6 +26,11 @@ pub struct Inspection {
     pub next: Option<(String, Duration)>,
     /// Holder values and what is left of their leases (`None`: no expiry, set by hand).
     pub holders: Vec<(String, Option<Duration>)>,
+    /// How long the lock has been held, by the server's clock: now minus the fence, which is
+    /// the server's clock in µs when it was handed out. `None` for a semaphore (several
+    /// holders, one counter) and for a fence that is not such a time (a counter from before
+    /// lockrun used the clock, or one ahead of it).
+    pub held_for: Option<Duration>,
 }
 
 /// What `release --force` deleted.
@@ -69,16 +74,22 @@ impl RedisLock {
             _ => None,
         };
         let mut holders = Vec::new();
-        let mut i = 5;
+        let mut i = 6;
         while i + 1 < items.len() {
             let left = int(i + 1).and_then(|ms| u64::try_from(ms).ok());
             holders.push((text(i), left.map(Duration::from_millis)));
             i += 2;
         }
         let next = text(3);
+        let (kind, fence) = (text(0), text(1).parse().ok());
+        let held_for = match (kind.as_str(), fence, text(5).parse::<u64>()) {
+            ("string", Some(f), Ok(now)) => held_since(f, now),
+            _ => None,
+        };
         Ok(Inspection {
-            kind: text(0),
-            fence: text(1).parse().ok(),
+            held_for,
+            kind,
+            fence,
             waiters: int(2).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
             next: (!next.is_empty()).then(|| {
                 let since = int(4).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
@@ -260,9 +271,27 @@ fn lock_name(suffix: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
+/// ahead of now): see `next_fence` in queue.lua.
+fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
+    const Y2017_US: u64 = 1_483_228_800_000_000;
+    (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn held_for_only_from_a_fence_that_is_a_clock_reading() {
+        let now = 1_795_000_000_000_000;
+        assert_eq!(
+            held_since(now - 2_500_000, now),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(held_since(42, now), None, "an old counter");
+        assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
+    }
     use crate::lock::keys::helper_key;
 
     #[test]

@@ -131,12 +131,22 @@ fn combine(n: usize, views: Vec<Inspection>) -> Inspection {
         }
     }
     let kind = if held.is_empty() { "none" } else { "string" };
+    // The shortest any node of the majority saw: each node's fence is its own clock's.
+    let held_for = match held.first() {
+        Some((value, _)) => views
+            .iter()
+            .filter(|v| v.holders.first().is_some_and(|(h, _)| h == value))
+            .filter_map(|v| v.held_for)
+            .min(),
+        None => None,
+    };
     Inspection {
         kind: kind.into(),
         fence,
         waiters: 0,
         next: None,
         holders: held,
+        held_for,
     }
 }
 
@@ -187,7 +197,8 @@ impl HolderInfo {
         v
     }
 
-    /// How long ago `started` was, by our clock (whole seconds).
+    /// How long ago `started` was, by our clock (whole seconds): how long a lock has been held
+    /// when the server's reading ([`Inspection::held_for`]) is not to be had.
     fn held_for(&self) -> Option<Duration> {
         let started = parse_utc(self.started.as_deref()?)?;
         let now = std::time::SystemTime::now()

@@ -56,7 +56,7 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
             first.map_or(serde_json::Value::Null, |(v, _)| HolderInfo::parse(v).json())
         },
         "held_for_ms": first
-            .and_then(|(v, _)| HolderInfo::parse(v).held_for())
+            .and_then(|(v, _)| view.held_for.or_else(|| HolderInfo::parse(v).held_for()))
             .map(|d| d.as_millis() as u64),
         "ttl_ms": if semaphore {
             ttl_ms(view.holders.iter().filter_map(|(_, l)| *l).min())
@@ -98,7 +98,7 @@ fn text(key: &str, view: &Inspection) -> String {
             let h = HolderInfo::parse(value);
             line("state:", "held".into());
             line("holder:", h.raw.clone());
-            if let Some(d) = h.held_for() {
+            if let Some(d) = view.held_for.or_else(|| h.held_for()) {
                 line("held for:", rough(d));
             }
             line("ttl:", left(*l));
