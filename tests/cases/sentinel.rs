@@ -184,7 +184,7 @@ fn explain_failover(set: &ReplicaSet, sentinels: &Sentinels, old_scripts_before:
 
 #[test]
 fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
-    // A real failure: the master is killed, the Sentinels notice (down-after 500 ms), agree and
+    // A real failure: the master is killed, the Sentinels notice (down-after 2 s), agree and
     // promote a replica. The TTL leaves room for that; renewals resume on the new master. Not
     // before the other replica has resynchronised from it, though (--acks 1): on Valkey that
     // took up to ~6 s after the kill here, so 15 s leases with a 1 s grace (SIGTERM comes
@@ -228,22 +228,26 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
 
     std::fs::write(&go, "").unwrap();
     let (code, _, err) = job.finish();
-    assert_eq!(code, Some(3), "the job's own exit code: {err}");
-    assert!(err.contains("redis lock released"), "{err}");
-    assert!(!err.contains("redis lock lost"), "{err}");
+    let state = sentinels.describe(&set);
+    assert_eq!(code, Some(3), "the job's own exit code: {err}\n{state}");
+    assert!(!err.contains("redis lock lost"), "{err}\n{state}");
     if sentinels.config_epoch() == epoch {
+        assert!(err.contains("redis lock released"), "{err}\n{state}");
         assert!(
             !new.exists("crash"),
-            "released on the new master {new_port}: {err}"
+            "released on the new master {new_port}: {err}\n{state}"
         );
     } else {
-        // Seen once on a loaded CI machine: the Sentinels failed over a second time (a
-        // 500 ms down-after is short under load), and the release went to a master that was
-        // then demoted. The key left on the current master is then only a lease that expires
-        // by its TTL, never a second holder: check that much.
+        // Seen on loaded CI machines (with a 500 ms down-after): the Sentinels failed over a
+        // second time, and the release went to a master that was then demoted, or met its
+        // connections killed by the demotion ("broken pipe"). The key left on the current
+        // master is then only a lease that expires by its TTL, never a second holder.
         let now = set.node(sentinels.master_port());
         let left: i64 = now.cli(&["PTTL", "crash"]).trim().parse().unwrap_or(-2);
-        assert!(left == -2 || (0..=15_000).contains(&left), "{left}: {err}");
+        assert!(
+            left == -2 || (0..=15_000).contains(&left),
+            "{left}: {err}\n{state}"
+        );
     }
 }
 

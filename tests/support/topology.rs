@@ -3,8 +3,10 @@
 //! `redis-server` (Sentinel is `redis-server --sentinel`) on a free loopback TCP port, in a
 //! temporary directory, killed when dropped. Nothing is persisted.
 //!
-//! The timings are short (down-after 500 ms, node timeout 1 s) so a failover takes about a
-//! second, not the production defaults' half minute.
+//! The timings are short (node timeout 1 s; a forced `SENTINEL FAILOVER` takes about a
+//! second), not the production defaults' half minute. Sentinels declare a master down after
+//! 2 s without an answer: 500 ms was short enough for a stall of this shared VM to fail a new
+//! master over again, demoting it (with `CLIENT KILL` of its clients) under a running test.
 
 use super::{free_port, make_certificates, real_redis_binary, redis_server_binary, PATIENCE};
 use std::fs::File;
@@ -379,7 +381,7 @@ impl Sentinels {
         let quorum = count / 2 + 1;
         let mut config = format!(
             "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} {quorum}\n\
-             sentinel down-after-milliseconds {MASTER_NAME} 500\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 2000\n\
              sentinel failover-timeout {MASTER_NAME} 10000\n\
              sentinel parallel-syncs {MASTER_NAME} 1\n",
             port = set.master.port
@@ -422,6 +424,50 @@ impl Sentinels {
     /// `redis+sentinel://127.0.0.1:p1,…/lockrun-test`, no credentials.
     pub fn url(&self) -> String {
         format!("redis+sentinel://{}/{MASTER_NAME}", self.addrs().join(","))
+    }
+
+    /// What each Sentinel says (named master, config epoch) and each node of `set` is (role,
+    /// link to its master), never failing on a dead process: for a failed test's message.
+    pub fn describe(&self, set: &ReplicaSet) -> String {
+        let mut text = String::from("sentinels:");
+        for s in &self.nodes {
+            let named = s
+                .try_cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])
+                .map(|r| r.split_whitespace().collect::<Vec<_>>().join(":"))
+                .unwrap_or_else(|| "no answer".into());
+            let epoch = s
+                .try_cli(&["SENTINEL", "MASTER", MASTER_NAME])
+                .and_then(|r| {
+                    let mut lines = r.lines().map(str::trim);
+                    lines.find(|l| *l == "config-epoch")?;
+                    lines.next().map(str::to_string)
+                })
+                .unwrap_or_else(|| "?".into());
+            text.push_str(&format!(
+                "\n  {}: names {named}, config-epoch {epoch}",
+                s.port
+            ));
+        }
+        text.push_str("\nnodes:");
+        for n in set.nodes() {
+            let role = n
+                .try_cli(&["INFO", "replication"])
+                .map(|i| {
+                    i.lines()
+                        .filter(|l| {
+                            l.starts_with("role:")
+                                || l.starts_with("master_port:")
+                                || l.starts_with("master_link_status:")
+                                || l.starts_with("connected_slaves:")
+                        })
+                        .map(str::trim)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|| "no answer (dead?)".into());
+            text.push_str(&format!("\n  {}: {role}", n.port));
+        }
+        text
     }
 
     /// The master's port as the first Sentinel reports it.
