@@ -74,6 +74,33 @@ fn signals_reach_grandchildren_through_the_process_group() {
 }
 
 #[test]
+fn a_forwarded_sigterm_is_not_sent_again_to_the_group_when_the_command_exits() {
+    // The command (sh) handles the forwarded SIGTERM and exits 0.3 s later; its child handles
+    // the same SIGTERM and goes on for ~1 s. When the command exits, lockrun sweeps the group
+    // it leaves behind: that child must not get a second SIGTERM, the job already has it.
+    let redis = Redis::start();
+    let log = redis.dir.path().join("once.log");
+    let ready = redis.dir.path().join("once.ready");
+    let inner = format!(
+        "trap 'echo got-TERM >> \"{}\"' TERM; touch '{}'; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do sleep 0.05; done",
+        log.display(),
+        ready.display()
+    );
+    let mut cmd = lockrun(&redis);
+    cmd.args(["--kill-after", "10s", "once", "--", "sh", "-c"])
+        .arg(format!(
+            "trap 'sleep 0.3; exit 0' TERM; sh -c \"{}\" & wait",
+            inner.replace('"', "\\\"")
+        ));
+    let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
+    wait_for_file(&ready);
+    kill(child.id(), libc::SIGTERM);
+    wait_timeout(&mut child, PATIENCE).unwrap();
+    assert_eq!(lines(&log), ["got-TERM"], "SIGTERM delivered exactly once");
+    assert!(!redis.exists("once"));
+}
+
+#[test]
 fn no_group_signals_only_the_direct_child() {
     let redis = Redis::start();
     let log = redis.dir.path().join("ng.log");
