@@ -280,14 +280,16 @@ impl Job {
         }
     }
 
-    fn forward(&self, r: Received) {
+    /// Passes a signal lockrun received on to the job. Returns whether the whole group got it.
+    fn forward(&self, r: Received) -> bool {
         // With --no-group the command shares our process group, so a signal from the terminal
         // (Ctrl-C, Ctrl-\, hangup) already reached it; forwarding would deliver it twice.
         if !self.group && r.from_kernel {
-            return;
+            return false;
         }
         debug!(signal = %signals::name(r.signo), "forwarding signal");
         self.signal(r.signo);
+        self.group
     }
 
     /// Collects exit statuses without blocking. Reaps only the command, or, as PID 1 /
@@ -442,11 +444,16 @@ pub async fn supervise<F: Future<Output = Lost>>(
         }
         let now = Instant::now();
         if job.status.is_some() && kill_at.is_none() {
-            info!(
-                pgid = job.pid(),
-                "command exited but its process group lives on; sending SIGTERM"
-            );
-            if !term_sent {
+            if term_sent {
+                info!(
+                    pgid = job.pid(),
+                    "command exited but its process group lives on; it has had SIGTERM already"
+                );
+            } else {
+                info!(
+                    pgid = job.pid(),
+                    "command exited but its process group lives on; sending SIGTERM"
+                );
                 job.signal(libc::SIGTERM);
                 term_sent = true;
             }
@@ -490,8 +497,11 @@ pub async fn supervise<F: Future<Output = Lost>>(
         .min();
         tokio::select! {
             r = signals.recv() => {
-                if r.signo != libc::SIGCHLD {
-                    job.forward(r);
+                // A SIGTERM forwarded to the whole group is the one the job gets: when the
+                // command exits and leaves members behind, they are not sent another (a trap
+                // would run twice); they get --kill-after to finish, then SIGKILL.
+                if r.signo != libc::SIGCHLD && job.forward(r) && r.signo == libc::SIGTERM {
+                    term_sent = true;
                 }
             }
             why = async { lost.as_mut().as_pin_mut().unwrap().await }, if lost.is_some() && !lost_seen => {
