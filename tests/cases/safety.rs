@@ -188,6 +188,8 @@ fn fences_never_go_backwards_after_the_server_lost_its_data() {
 
 /// Case 4: when renewals fail, the job must be gone before the lease can expire, even one
 /// that takes its time to exit after SIGTERM (default --kill-after 10s, longer than TTL/3).
+/// TTL 2 s: the job's 0.3 s exit must fit in the grace (TTL/3) to write its end time; with
+/// 1 s (grace 333 ms) a slow day here let SIGKILL come first, and the test had no end time.
 #[test]
 fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
     let redis = Redis::start();
@@ -195,7 +197,7 @@ fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
     let (job_end, next_start) = (dir.join("job.end"), dir.join("next.start"));
     let ready = dir.join("ready");
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "1s", "slow-exit", "--", "bash", "-c"])
+    cmd.args(["-t", "2s", "slow-exit", "--", "bash", "-c"])
         .arg(format!(
             "trap 'sleep 0.3; date +%s%N > {}; exit 0' TERM; touch {}; sleep 30 & wait",
             job_end.display(),
