@@ -5,6 +5,7 @@
 # by our own idea of the format. Installs the pinned version from PyPI into
 # target/test-tools/python (the tests put that on PYTHONPATH), never into the system Python.
 # Says what it does; never silent. Sourced by tests/run.sh; skipped when already there.
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-pip.sh"
 lockrun_pytools_dir="$PWD/target/test-tools/python"
 lockrun_prometheus_client="prometheus_client==0.26.0"
 # The version is read from the dist-info pip leaves in that directory (first on PYTHONPATH).
@@ -12,13 +13,7 @@ if ! [ -d "$lockrun_pytools_dir/prometheus_client" ] || ! PYTHONPATH="$lockrun_p
      'import sys; from importlib.metadata import version; sys.exit(version("prometheus_client") != "0.26.0")' \
      >/dev/null 2>&1; then
   echo ">>> installing $lockrun_prometheus_client from PyPI into target/test-tools/python (for the metrics file tests)" >&2
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    echo ">>> installing python3-pip with apt-get" >&2
-    lockrun_sudo=""
-    [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
-    $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
-  fi
+  lockrun_ensure_pip
   mkdir -p "$lockrun_pytools_dir"
   # --upgrade: replace whatever version an earlier pin left there.
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --upgrade \

