@@ -172,8 +172,9 @@ fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
     // A key the label must escape: quote, backslash, newline.
     let key = "nightly \"report\" C:\\x\nsecond line";
     let mut cmd = lockrun(&redis);
-    // TTL 600 ms: a renewal every 200 ms, so a 700 ms job sees a few.
-    cmd.args(["-t", "600ms", "--metrics-file"])
+    // TTL 1.5 s: a renewal every 500 ms, so a 700 ms job sees one (a shorter TTL lets a stall
+    // of a loaded CI machine pass for a lost lease).
+    cmd.args(["-t", "1500ms", "--metrics-file"])
         .arg(&path)
         .args([key, "--", "sh", "-c", "sleep 0.7; exit 3"]);
     let (out, m) = run_and_read(cmd, dir.path(), &path, key);

@@ -65,9 +65,11 @@ fn acquires_renews_and_releases_on_3_and_5_masters() {
         let nodes = masters(n);
         let mut fences = Vec::new();
         for _ in 0..2 {
-            // TTL 600 ms, a 1.2 s job: renewals every 200 ms must carry it.
+            // TTL 1.5 s, a 1.2 s job: renewals every 500 ms must carry it. (Tests whose job must
+            // outlive a renewal use TTLs of 1.5 s or more: with 600 ms, a 170 ms stall of a loaded
+            // CI machine between two renewals passes for a lost lease and stops the job.)
             let mut cmd = redlock(&nodes);
-            cmd.args(["-v", "-t", "600ms", "rl", "--", "sh", "-c"])
+            cmd.args(["-v", "-t", "1500ms", "rl", "--", "sh", "-c"])
                 .arg("echo $LOCKRUN_FENCE; sleep 1.2")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -152,8 +154,8 @@ fn one_paused_node_does_not_stop_the_lock() {
     let _paused = Paused::new(&nodes[2]);
     let start = Instant::now();
     let mut cmd = redlock(&nodes);
-    // Node timeout: TTL/10 = 100 ms.
-    cmd.args(["-t", "1s", "p", "--", "sh", "-c", "sleep 0.5; echo ran"]);
+    // Node timeout: TTL/10 = 150 ms.
+    cmd.args(["-t", "1500ms", "p", "--", "sh", "-c", "sleep 0.7; echo ran"]);
     let out = run(cmd);
     let took = start.elapsed();
     let err = stderr_of(&out);
@@ -161,10 +163,10 @@ fn one_paused_node_does_not_stop_the_lock() {
     assert_eq!(stdout_of(&out), "ran\n");
     // A few node timeouts (acquire, renewals, release) on top of the job, never the OS's.
     assert!(
-        took < Duration::from_millis(500 + 4 * 100 + 2000),
+        took < Duration::from_millis(700 + 4 * 150 + 2000),
         "{took:?}"
     );
-    // Named once: "no reply within 100ms", or the client's own timeout, whichever fired first.
+    // Named once: "no reply within 150ms", or the client's own timeout, whichever fired first.
     let named: Vec<_> = err
         .lines()
         .filter(|l| l.contains("the lock holds on the majority"))
@@ -194,9 +196,17 @@ fn a_paused_majority_is_unavailable_and_leaves_nothing() {
 fn a_node_killed_mid_run_keeps_the_lock() {
     let nodes = masters(3);
     let mut cmd = redlock(&nodes);
-    cmd.args(["-t", "600ms", "k", "--", "sh", "-c", "sleep 1.2; echo done"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "-t",
+        "1500ms",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1.2; echo done",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut lines = wait_for_line(&mut child, "redis lock acquired");
     kill(nodes[0].pid(), libc::SIGKILL);
@@ -235,9 +245,17 @@ fn a_node_that_lost_its_data_does_not_let_a_second_holder_in() {
     // gives it back, and our renewals carry on with the other two.
     let nodes = masters(3);
     let mut cmd = redlock(&nodes);
-    cmd.args(["-t", "600ms", "k", "--", "sh", "-c", "sleep 1.2; echo done"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "-t",
+        "1500ms",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1.2; echo done",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut lines = wait_for_line(&mut child, "redis lock acquired");
     nodes[0].cmd::<()>(&["FLUSHALL"]);
@@ -326,7 +344,7 @@ fn a_waiter_runs_after_the_holder() {
     let log = nodes[0].dir.path().join("log");
     let mut holder = redlock(&nodes);
     holder
-        .args(["-t", "1s", "w", "--", "sh", "-c"])
+        .args(["-t", "1500ms", "w", "--", "sh", "-c"])
         .arg(format!(
             "echo holder >> '{0}'; sleep 1; echo holder done >> '{0}'",
             log.display()
@@ -376,7 +394,7 @@ fn passwords_never_show_and_a_refusing_node_is_named_once() {
         .map(|_| Redis::start_with_password("s3cret-Pw"))
         .collect();
     let mut cmd = redlock(&nodes);
-    cmd.args(["-vv", "-t", "600ms", "s", "--", "sleep", "0.5"]);
+    cmd.args(["-vv", "-t", "1500ms", "s", "--", "sleep", "0.7"]);
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -388,7 +406,7 @@ fn passwords_never_show_and_a_refusing_node_is_named_once() {
     let wrong = format!("redis://:wr0ng-Pw@127.0.0.1:{}", port(2));
     let mut cmd = bare_lockrun();
     cmd.args(["-r", &nodes[0].url(), "-r", &nodes[1].url(), "-r", &wrong])
-        .args(["-t", "600ms", "s", "--", "sleep", "0.8"]);
+        .args(["-t", "1500ms", "s", "--", "sleep", "1.2"]);
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");

@@ -82,7 +82,7 @@ fn the_documented_acl_line_is_enough_for_every_path() {
         // Plain, with --min-hold, renewals, as a semaphore.
         ok(&["acl", "true"]);
         ok(&["--min-hold", "1s", "acl-min", "true"]);
-        ok(&["-t", "300ms", "acl-renew", "sleep", "0.5"]);
+        ok(&["-t", "1500ms", "acl-renew", "sleep", "0.7"]);
         ok(&["--limit", "2", "acl-sem", "true"]);
         // Nested: the reentrancy check.
         let bin = lockrun_bin().display().to_string();
@@ -143,7 +143,7 @@ fn a_user_without_evalsha_still_locks_by_eval() {
     let url = acl_user(&redis, "nosha", "+evalsha");
     for _ in 0..2 {
         let mut cmd = lockrun_at(&url);
-        cmd.args(["-t", "300ms", "nosha", "sleep", "0.3"]);
+        cmd.args(["-t", "1500ms", "nosha", "sleep", "0.7"]);
         let out = run(cmd);
         let err = stderr_of(&out);
         assert_eq!(out.status.code(), Some(0), "{err}");

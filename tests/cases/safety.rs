@@ -62,7 +62,10 @@ fn a_full_stderr_pipe_never_stops_supervision() {
     let (read_end, write_end) = full_pipe();
     let mut cmd = lockrun(&redis);
     // -v: every renewal logs a line, so the pipe stays full however long this runs.
-    cmd.args(["-v", "-t", "600ms", "stalled", "--", "sh", "-c"])
+    // TTL 2 s: the job is stopped when no renewal is confirmed for about 1.2 s, so a stall of
+    // this shared VM between two renewals (every 667 ms) cannot pass for a lost lease; with
+    // 600 ms a 170 ms stall in a full CI run did.
+    cmd.args(["-v", "-t", "2s", "stalled", "--", "sh", "-c"])
         .arg(format!("echo $$ > '{}'; exec sleep 30", pidfile.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::from(write_end));
@@ -70,9 +73,22 @@ fn a_full_stderr_pipe_never_stops_supervision() {
     // Our copy of the write end would keep the reader below from ever seeing EOF.
     drop(cmd);
     let job = read_pid(&pidfile);
-    // Renewals keep the lease alive although nothing is logged.
-    thread::sleep(Duration::from_millis(1500));
-    assert!(redis.exists("stalled"), "the lease must be renewed");
+    // Renewals keep the lease alive although nothing is logged: the key outlives its TTL.
+    thread::sleep(Duration::from_millis(2600));
+    if !redis.exists("stalled") {
+        // Say why: drain the pipe and show what lockrun logged.
+        let _ = child.kill();
+        // SAFETY: kill(2) on the job's pid; it too holds the pipe's write end open.
+        unsafe { libc::kill(job as i32, libc::SIGKILL) };
+        let mut f = std::fs::File::from(read_end);
+        let mut log = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut f, &mut log);
+        panic!(
+            "the lease must be renewed; lockrun: {:?}, its log:\n{}",
+            child.wait(),
+            String::from_utf8_lossy(&log)
+        );
+    }
     let mut rival = lockrun(&redis);
     rival.args(["stalled", "true"]);
     assert_eq!(run(rival).status.code(), Some(75));

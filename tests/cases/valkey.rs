@@ -31,10 +31,11 @@ fn valkey_runs_the_job_fences_it_and_releases() {
 fn valkey_conflict_wait_and_renewal() {
     let valkey = Redis::start_valkey();
     let ready = valkey.dir.path().join("held");
-    // A holder that spans several renewals (TTL 300 ms, 1 s of work).
+    // A holder that spans two renewals (TTL 1.5 s, one every 500 ms; 1 s of work). A shorter TTL
+    // lets one stall of a loaded CI machine pass for a lost lease.
     let mut holder = lockrun(&valkey);
     holder
-        .args(["-t", "300ms", "vkq", "--", "sh", "-c"])
+        .args(["-t", "1500ms", "vkq", "--", "sh", "-c"])
         .arg(format!("touch '{}'; sleep 1", ready.display()))
         .stderr(Stdio::piped());
     let holder = holder.spawn().unwrap();
