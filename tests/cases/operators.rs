@@ -340,6 +340,21 @@ fn history_records_runs_skips_losses_and_aborts_newest_first() {
     assert!(first_run["host"].as_str().is_some_and(|h| !h.is_empty()));
     assert!(first_run["pid"].as_u64().unwrap() > 0);
     assert!(first_run["time"].as_str().unwrap().ends_with('Z'));
+    // The skipped attempt's entry is composed by the server from the holder value: who it was.
+    let skip = &entries[4];
+    assert_eq!(skip["host"], first_run["host"], "{entries:#?}");
+    assert!(skip["pid"].as_u64().unwrap() > 0, "{entries:#?}");
+    assert_ne!(skip["pid"], first_run["pid"], "{entries:#?}");
+    assert_eq!(skip["duration_ms"], 0, "{entries:#?}");
+    // The public id is in the stream (not in the JSON): every entry names its run.
+    let raw: Vec<(String, Vec<String>)> = redis.cmd(&["XRANGE", "lockrun:history:{job}", "-", "+"]);
+    for (_, fields) in &raw {
+        let id = fields
+            .iter()
+            .position(|f| f == "id")
+            .map(|i| &fields[i + 1]);
+        assert!(id.is_some_and(|id| id.len() >= 8), "{raw:?}");
+    }
     assert_eq!(entries[0]["exit_code"], 143);
     assert_eq!(entries[1]["exit_code"], 76);
     // The waiter that gave up says how long it waited.
@@ -357,6 +372,96 @@ fn history_records_runs_skips_losses_and_aborts_newest_first() {
     // Bounded: expires 40 days after the last run.
     let ttl: i64 = redis.cmd(&["PTTL", "lockrun:history:{job}"]);
     assert!(ttl > 39 * 86_400_000 && ttl <= 40 * 86_400_000, "{ttl}");
+}
+
+/// The history stream's expiry costs one command a day, not one per run: a release appends
+/// without touching it, the day's first lock moves it 40 days ahead, and a stream that is
+/// missing is created with its expiry, so none is ever left without one.
+#[test]
+fn history_expiry_moves_with_the_days_first_lock_and_a_stream_never_lacks_one() {
+    let redis = Redis::start();
+    let stream = "lockrun:history:{daily}";
+    let ran = |redis: &Redis| {
+        let out = run({
+            let mut cmd = lockrun(redis);
+            cmd.args(["daily", "true"]);
+            cmd
+        });
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    };
+    let forty_days = 40 * 86_400_000_i64;
+    let pttl = |redis: &Redis| redis.cmd::<i64>(&["PTTL", stream]);
+    ran(&redis);
+    assert!(
+        pttl(&redis) > forty_days - 60_000,
+        "created with its expiry"
+    );
+    // Later the same day: appended, the expiry untouched (by the release and by the acquire).
+    let _: i64 = redis.cmd(&["PEXPIRE", stream, "100000"]);
+    let before = redis.command_calls("pexpire");
+    ran(&redis);
+    assert!(pttl(&redis) <= 100_000, "moved by a run of the same day");
+    assert_eq!(redis.command_calls("pexpire"), before, "a PEXPIRE per run");
+    assert_eq!(redis.cmd::<i64>(&["XLEN", stream]), 2);
+    // The previous lock was yesterday (its fence, microseconds of the server clock, says so):
+    // this run's acquire moves the expiry.
+    let fence: String = redis.cmd(&["GET", "lockrun:fence:{daily}"]);
+    let yesterday = fence.parse::<u64>().unwrap() - 86_400_000_000;
+    let _: () = redis.cmd(&["SET", "lockrun:fence:{daily}", &yesterday.to_string()]);
+    ran(&redis);
+    assert!(pttl(&redis) > forty_days - 60_000, "the day's first lock");
+    // Gone (evicted, deleted by hand): the next release creates it again, with its expiry.
+    let _: i64 = redis.cmd(&["DEL", stream]);
+    ran(&redis);
+    assert!(
+        pttl(&redis) > forty_days - 60_000,
+        "re-created with its expiry"
+    );
+    assert_eq!(redis.cmd::<i64>(&["XLEN", stream]), 1);
+}
+
+/// What one uncontended run costs the server, command by command inside the two scripts: the
+/// acquire's queue check, fence read, SET NX PX, clock and fence write; the release's
+/// compare, history entry, delete and queue check. (Timings live in the benchmarks; this pins
+/// the work.)
+#[test]
+fn an_uncontended_run_costs_the_server_nine_commands_inside_two_scripts() {
+    let redis = Redis::start();
+    let once = || {
+        let out = run({
+            let mut cmd = lockrun(&redis);
+            cmd.args(["cheap", "true"]);
+            cmd
+        });
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    };
+    // The first run loads the scripts and creates the fence and the history.
+    once();
+    let _: () = redis.cmd(&["CONFIG", "RESETSTAT"]);
+    once();
+    let info: String = redis.cmd(&["INFO", "commandstats"]);
+    let mut calls: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_string(), rest.split(',').next()?.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info" && name != "config|resetstat")
+        .collect();
+    calls.sort();
+    let want: Vec<(String, u64)> = [
+        ("del", 1),
+        ("evalsha", 2),
+        ("exists", 2),
+        ("get", 2),
+        ("set", 2),
+        ("time", 1),
+        ("xadd", 1),
+    ]
+    .iter()
+    .map(|(n, c)| (n.to_string(), *c))
+    .collect();
+    assert_eq!(calls, want);
 }
 
 #[test]
