@@ -91,7 +91,7 @@ pub struct Args {
     pub fsync: bool,
 
     /// Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock,
-    /// written by the scripts lockrun runs anyway; gone 40 days after the key's last run);
+    /// written by the scripts lockrun runs anyway; gone 39 to 40 days after the key's last run);
     /// 0 to 10000, 0: record nothing
     #[arg(long, env = "LOCKRUN_HISTORY", default_value_t = DEFAULT_HISTORY, value_name = "N",
           value_parser = parse_history, allow_negative_numbers = true, hide_env_values = true)]

@@ -40,7 +40,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l on-lost -d 'What to do 
 continue\t'Log a warning, let the command finish, and exit with its code'"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'When lockrun ends, write how the run went to PATH in Prometheus text format, for node_exporter\'s textfile collector (replaced atomically; a failure to write is a warning)' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
@@ -154,7 +154,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l on-lost -d 'What
 continue\t'Log a warning, let the command finish, and exit with its code'"
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l metrics-file -d 'When lockrun ends, write how the run went to PATH in Prometheus text format, for node_exporter\'s textfile collector (replaced atomically; a failure to write is a warning)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''

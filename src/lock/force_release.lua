@@ -1,5 +1,5 @@
 -- `lockrun release --force`: delete a lock or a whole semaphore whoever holds it, record it in
--- the key's history, and wake the head of the queue (after the queue prelude).
+-- the key's history, and wake the head of the queue (after prelude.lua and queue.lua).
 -- KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] fencing counter, KEYS[5] history
 -- ARGV[1] wake channel, ARGV[2..] the history entry (see `note`)
 -- Returns {type, fence or '', the deleted holder values...}; type 'none' (nothing deleted) or
@@ -20,7 +20,7 @@ redis.call('DEL', KEYS[1])
 -- Always recorded (an operator's deletion is audited even for a key whose runs record nothing),
 -- and trimmed only at the largest cap a run may ask for (the caller's ARGV[2]): the runs' own
 -- cap is theirs to apply.
-note(KEYS[5], 2)
+note(KEYS[5], 2, false, true)
 if not bad_queue(KEYS[2], KEYS[3]) then
   prune_queue(KEYS[2], KEYS[3], now_ms())
   wake_head(KEYS[2], ARGV[1])

@@ -11,7 +11,7 @@ use redis::Value;
 use std::time::Duration;
 
 const INSPECT: &str = include_str!("inspect.lua");
-const FORCE_RELEASE: &str = concat!(include_str!("queue.lua"), include_str!("force_release.lua"));
+const FORCE_RELEASE: &str = super::redis::queue_script!("force_release.lua");
 
 /// One key as one server sees it.
 #[derive(Clone, Debug, Default)]
@@ -41,7 +41,7 @@ pub struct Deleted {
     pub holders: Vec<String>,
 }
 
-/// One run in a key's history (see `note` in queue.lua).
+/// One run in a key's history (see `note` in prelude.lua).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// When it was written, in ms of the server's clock (the stream entry's id).
@@ -272,7 +272,7 @@ fn lock_name(suffix: &str) -> Option<String> {
 }
 
 /// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
-/// ahead of now): see `next_fence` in queue.lua.
+/// ahead of now): see `next_fence` in prelude.lua.
 fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
     const Y2017_US: u64 = 1_483_228_800_000_000;
     (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))

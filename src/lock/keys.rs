@@ -44,7 +44,7 @@ pub(super) fn with_history<'a>(args: &[&'a String], history: &'a [String]) -> Ve
 }
 
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
-/// then the entry's field/value pairs (see `note` in queue.lua). The fields are public: the
+/// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never
 /// the token.
 pub(super) fn history_args(

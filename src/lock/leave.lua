@@ -1,9 +1,9 @@
 -- A waiter gives up (timeout, signal): leave the queue at once instead of blocking it until the
--- ticket expires, and if the lock is free, pass the turn on. After the queue prelude.
+-- ticket expires, and if the lock is free, pass the turn on. After prelude.lua and queue.lua.
 -- KEYS[1] lock or semaphore, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history
 -- ARGV[1] public id, ARGV[2] limit (0: plain lock), ARGV[3] wake channel, ARGV[4..] the run's
 -- history entry (see `note`)
-note(KEYS[4], 4)
+note(KEYS[4], 4, false, true)
 local bad = bad_queue(KEYS[2], KEYS[3])
 if bad then return {-2, bad} end
 dequeue(KEYS[2], KEYS[3], ARGV[1])

@@ -6,22 +6,36 @@ use super::endpoint;
 use super::errors::{is_dropped, is_transient, refusal};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
 use super::url::{Credentials, Secrets, TlsFiles};
-use super::{
-    Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome, Release, Renew,
-};
+use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The scripts that touch the waiter queue start with its shared Lua functions.
+/// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
+/// queue's functions. The acquire and the release run their common path between the two: the
+/// server creates a closure for every `local function` it passes, on every call, and the
+/// uncontended path needs none of the queue's (see prelude.lua).
 macro_rules! queue_script {
     ($file:literal) => {
-        concat!(include_str!("queue.lua"), include_str!($file))
+        concat!(
+            include_str!("prelude.lua"),
+            include_str!("queue.lua"),
+            include_str!($file)
+        )
+    };
+    ($common:literal, $queued:literal) => {
+        concat!(
+            include_str!("prelude.lua"),
+            include_str!($common),
+            include_str!("queue.lua"),
+            include_str!($queued)
+        )
     };
 }
+pub(super) use queue_script;
 
-const ACQUIRE: &str = queue_script!("acquire.lua");
-const RELEASE: &str = queue_script!("release.lua");
+const ACQUIRE: &str = queue_script!("acquire.lua", "acquire_queued.lua");
+const RELEASE: &str = queue_script!("release.lua", "release_queued.lua");
 const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
 const SEM_RELEASE: &str = queue_script!("sem_release.lua");
 const LEAVE: &str = queue_script!("leave.lua");
@@ -509,13 +523,10 @@ impl LockService for RedisLock {
         } else {
             "0".into()
         };
-        // Read by the script only when this attempt ends the run (no queueing, lock held).
-        let skipped = Note {
-            outcome: Outcome::Skipped,
-            exit_code: None,
-            duration: Duration::ZERO,
-        };
-        let history = history_args(spec, holder, None, (!queue).then_some(&skipped));
+        // The history cap, read only when this attempt ends the run (not queueing, lock held):
+        // the script composes that "skipped" entry from the holder value (`note_skipped`).
+        let cap = if queue { 0 } else { spec.history };
+        let history = [cap.to_string()];
         let sent_at = Instant::now();
         let key_args = [
             spec.key.as_str(),

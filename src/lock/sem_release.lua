@@ -1,4 +1,4 @@
--- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more). After the queue prelude.
+-- Give back our slot (or, with --min-hold, keep it ARGV[2] ms more). After prelude.lua and queue.lua.
 -- KEYS[1] semaphore, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history
 -- ARGV[1] our holder value, ARGV[2] ms to keep, ARGV[3] wake channel, ARGV[4..] the run's
 -- history entry (see `note`)
@@ -7,7 +7,7 @@ local now = now_ms()
 local ours = redis.call('TYPE', KEYS[1]).ok == 'zset' and redis.call('ZSCORE', KEYS[1], ARGV[1])
 -- A slot whose lease ended is not ours, whether or not it was pruned yet.
 ours = ours and tonumber(ours) > now
-note(KEYS[4], 4, not ours)
+note(KEYS[4], 4, not ours, not ours)
 if not ours then
   if redis.call('TYPE', KEYS[1]).ok == 'zset' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
   return 0

@@ -1,0 +1,111 @@
+-- Shared prelude of every script that writes a lock (acquire, release, semaphores, leave, force
+-- release): the server clock, the fencing counter and the run history. Kept to what the common
+-- (uncontended) paths use: each `local function` here is a closure the server creates on every
+-- call, so the waiter queue's functions (queue.lua) come after those paths have returned.
+redis.replicate_commands()
+
+-- The server clock in microseconds (exact in a Lua number until the year 2255).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- GET of a key that may be of another type (spoiled by hand, or a semaphore): WRONGTYPE gives
+-- nil, where redis.call would fail the script; any other error (an ACL without GET) is raised
+-- as it came, so the refusal still names the command.
+local function get_or_wrongtype(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' and v.err then
+    if string.find(v.err, 'WRONGTYPE', 1, true) then return nil end
+    error(v)
+  end
+  return v
+end
+
+-- The fencing counter's value (0 when absent), or nil when it is not a whole number we could
+-- have written. One GET: a key of another type answers an error, which pcall turns into nil
+-- instead of failing the script (nothing has been written at this point either way).
+-- Validation comes before any write: Redis does not undo a script's earlier writes when a later
+-- command fails, so a script that fails halfway would leave a lock nobody holds.
+local function read_fence(f)
+  local v = get_or_wrongtype(f)
+  if v == false then return 0 end
+  if type(v) ~= 'string' then return nil end
+  local n = tonumber(v)
+  if n and n >= 0 and n < 9007199254740992 and n == math.floor(n) then return n end
+end
+
+-- How long a key's history stream outlives its last refresh: 40 days, so a monthly job keeps
+-- its history.
+local HISTORY_MS = 3456000000
+local DAY_US = 86400000000
+
+-- The next fencing number: above every number this counter handed out, and at least the server
+-- clock in microseconds. So when the counter vanishes (a restart without persistence, a failover
+-- to a lagging replica, a restored snapshot) numbers resume above every one handed out before,
+-- provided the server's clock has not gone back by more than the time since that number.
+-- The first lock of a (UTC) day also moves the history stream's expiry (`h`, if it exists)
+-- 40 days ahead: the releases that follow append to it without touching its expiry (see `note`),
+-- so the stream is gone 39 to 40 days after the key's last run, for one command a day.
+local function next_fence(f, counter, us, h)
+  local n = math.max(counter + 1, us)
+  redis.call('SET', f, string.format('%.0f', n))
+  if math.floor(counter / DAY_US) ~= math.floor(n / DAY_US) then
+    redis.pcall('PEXPIRE', h, HISTORY_MS)
+  end
+  return n
+end
+
+-- Appends one entry (field/value pairs) to a key's history stream `h`, trimmed to about `cap`
+-- entries (approximate trimming drops whole stream nodes: cheap). Best effort by design: pcall,
+-- so a server that refuses XADD (an older ACL line, maxmemory) or a history key spoiled by hand
+-- never changes a run's outcome; a key of another type makes XADD fail without writing, which is
+-- the type check.
+-- A stream is never left without an expiry: the entry goes in with NOMKSTREAM, and only when
+-- that finds no stream (or the server predates NOMKSTREAM, Redis < 6.2) is the stream created
+-- and given its 40 days. An append moves the expiry only with `refresh`: a release leaves that
+-- to the day's first acquire (`next_fence`); the rarer entries (skipped, aborted, forced)
+-- refresh it themselves, since no acquire of theirs did.
+local function append(h, cap, fields, refresh)
+  local id = redis.pcall('XADD', h, 'NOMKSTREAM', 'MAXLEN', '~', cap, '*', unpack(fields))
+  if type(id) == 'string' then
+    if refresh then redis.pcall('PEXPIRE', h, HISTORY_MS) end
+    return
+  end
+  if type(id) == 'table' and id.err and string.find(id.err, 'WRONGTYPE', 1, true) then return end
+  id = redis.pcall('XADD', h, 'MAXLEN', '~', cap, '*', unpack(fields))
+  if type(id) == 'table' and id.err then return end
+  redis.pcall('PEXPIRE', h, HISTORY_MS)
+end
+
+-- A run's entry in the key's history (`lockrun history`), from ARGV[first] on: the cap (0:
+-- record nothing), then field/value pairs. `lost`: the run no longer held the key at its end,
+-- whatever the caller thought; a run that "ran" is then recorded as lost (its lock was deleted
+-- or expired under it). `refresh`: see `append`.
+local function note(h, first, lost, refresh)
+  local cap = tonumber(ARGV[first])
+  if not cap or cap <= 0 then return end
+  local fields = {unpack(ARGV, first + 1)}
+  if lost then
+    for i = 1, #fields - 1, 2 do
+      if fields[i] == 'outcome' and fields[i + 1] == 'ran' then fields[i + 1] = 'lost' end
+    end
+  end
+  append(h, cap, fields, refresh)
+end
+
+-- The entry of an attempt that ends its run without the lock (held, not waiting), composed here
+-- from the holder value (ARGV[1], "<public id> host=<host> pid=<pid> ...", which lockrun writes)
+-- so that the acquire, which mostly succeeds, does not carry a whole entry in its arguments.
+-- ARGV[at] is the cap (0: record nothing).
+local function note_skipped(h, at)
+  local cap = tonumber(ARGV[at])
+  if not cap or cap <= 0 then return end
+  local id, host, pid = string.match(ARGV[1], '^(%S+) host=(%S*) pid=(%d+)')
+  if not id then return end
+  append(h, cap, {'outcome', 'skipped', 'host', host, 'pid', pid, 'id', id, 'duration_ms', '0'}, true)
+end
