@@ -15,6 +15,7 @@ pub mod keys;
 pub mod probe;
 pub mod redis;
 pub mod redlock;
+mod sha1;
 pub mod url;
 
 use std::fmt;

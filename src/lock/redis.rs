@@ -461,8 +461,25 @@ impl RedisLock {
     }
 }
 
-/// Lowercase hex SHA-1 of a script, as `EVALSHA` names it; computed once per script text.
+/// The scripts of every run, with the names `EVALSHA` sends for them, hashed at compile time.
+static PRECOMPUTED: [(&str, [u8; 40]); 8] = [
+    (ACQUIRE, super::sha1::hex(ACQUIRE.as_bytes())),
+    (RELEASE, super::sha1::hex(RELEASE.as_bytes())),
+    (RENEW, super::sha1::hex(RENEW.as_bytes())),
+    (HELD_BY, super::sha1::hex(HELD_BY.as_bytes())),
+    (SEM_ACQUIRE, super::sha1::hex(SEM_ACQUIRE.as_bytes())),
+    (SEM_RELEASE, super::sha1::hex(SEM_RELEASE.as_bytes())),
+    (SEM_RENEW, super::sha1::hex(SEM_RENEW.as_bytes())),
+    (LEAVE, super::sha1::hex(LEAVE.as_bytes())),
+];
+
+/// Lowercase hex SHA-1 of a script, as `EVALSHA` names it: precomputed for lockrun's own
+/// scripts, computed once per process for the others (the sharded variants a Cluster gets, the
+/// operators' commands).
 fn script_sha(script: &str) -> String {
+    if let Some((_, sha)) = PRECOMPUTED.iter().find(|(s, _)| *s == script) {
+        return String::from_utf8_lossy(sha).into_owned();
+    }
     thread_local! {
         static KNOWN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -742,5 +759,19 @@ pub(super) fn as_string(v: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Okay => Some("OK".into()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precomputed_script_names_are_their_sha1() {
+        for (script, sha) in &PRECOMPUTED {
+            let want = sha1_smol::Sha1::from(script).digest().to_string();
+            assert_eq!(std::str::from_utf8(sha).unwrap(), want);
+            assert_eq!(script_sha(script), want);
+        }
     }
 }
