@@ -2,14 +2,18 @@
 # Tests lockrun's packaging for real, on this machine, with nothing from an image registry:
 #   - a Docker daemon of its own (dockerd started by hand, stopped by its pid at the end)
 #   - a debian:bookworm-slim base image made with debootstrap (cached in target/packaging/)
-#   - the image from packaging/Dockerfile (lockrun built on the host, --target runtime-prebuilt)
-#     and both documented uses of it (FROM lockrun; COPY --from=lockrun)
+#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, static-pie);
+#     the image, the compose scenario, the job image and the .deb/.rpm all carry that binary, and
+#     each is checked to be static (readelf: no interpreter, no NEEDED; file: static-pie)
+#   - the image from packaging/Dockerfile (--target runtime-prebuilt) and both documented uses of
+#     it (FROM lockrun; COPY --from=lockrun), plus the binary alone in a FROM scratch image
 #   - the compose scenario, scaled to 3: exactly one replica runs each tick, the others log
 #     "redis lock already acquired"; the key expires after the tick; the job's exit code is
 #     lockrun's; docker-compose stop passes SIGTERM to the running job and everything exits fast
-#   - the .deb (cargo deb, from Cargo.toml's [package.metadata.deb]) installed with dpkg -i:
-#     lockrun --version, man -w lockrun, completions; the systemd units verified against it;
-#     the .rpm (cargo generate-rpm) built and its file list checked
+#   - the .deb (cargo deb --target <host triple> --no-build, from Cargo.toml's
+#     [package.metadata.deb]) installed with dpkg -i: lockrun --version, man -w lockrun,
+#     completions; the systemd units verified against it; the .rpm (cargo generate-rpm --target)
+#     built and its file list checked; the lockrun inside each is the static binary
 #   - the Kubernetes manifests validated offline (kubernetes-validate, in a venv under target/)
 #   - packaging/check-generated.sh (man pages and completions up to date)
 # Installs what it needs with apt-get (docker.io docker-compose debootstrap man-db ...).
@@ -45,13 +49,15 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 command -v man >/dev/null || missing+=(man-db)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v rpm >/dev/null || missing+=(rpm)
+command -v file >/dev/null || missing+=(file)
+command -v readelf >/dev/null || missing+=(binutils)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
-for t in dockerd docker docker-compose debootstrap man systemd-analyze rpm; do
+for t in dockerd docker docker-compose debootstrap man systemd-analyze rpm file readelf; do
   command -v "$t" >/dev/null || fail "$t still missing after apt-get install"
 done
 
@@ -121,19 +127,38 @@ fi
 ok "debian:bookworm-slim is $(docker image inspect -f '{{.Id}}' debian:bookworm-slim | cut -c1-19)"
 
 # ------------------------------------------------------------------ lockrun built on the host
-phase "cargo build --release --locked"
-cargo build --release --locked
-bin=$root/target/release/lockrun
+# The binary that ships is the static one (start-up cost, glibc independence; see the script).
+# Everything below (image, compose, job image, .deb, .rpm) carries this very file.
+phase "packaging/build-static.sh (static-pie release build for the host triple)"
+triple=$(rustc -vV | sed -n 's/^host: //p')
+bin=$(bash packaging/build-static.sh)
+[ "$bin" = "$root/target/$triple/release/lockrun" ] || fail "build-static.sh printed '$bin', expected target/$triple/release/lockrun"
+# Static by two tools: the script's readelf check (no interpreter, no NEEDED) and file(1).
+assert_static() {
+  bash packaging/build-static.sh --check "$1" || fail "$2: not statically linked"
+  file -b "$1" | grep -q 'static-pie linked' || fail "$2: file(1) does not say static-pie: $(file -b "$1")"
+}
+assert_static "$bin" "the host build"
+# The Docker build context is the repository root: the binary's path relative to it.
+prebuilt=${bin#"$root"/}
+export LOCKRUN_PREBUILT=$prebuilt
 version=$("$bin" --version)
-ok "$version"
+ok "$version: $prebuilt, static-pie"
 
 # --------------------------------------------------------------------------- the image itself
 phase "docker build -f packaging/Dockerfile --target runtime-prebuilt -t lockrun ."
-docker build -q -f packaging/Dockerfile --target runtime-prebuilt -t lockrun . >/dev/null
+docker build -q -f packaging/Dockerfile --target runtime-prebuilt --build-arg PREBUILT="$prebuilt" \
+  -t lockrun . >/dev/null
 [ "$(docker run --rm lockrun --version)" = "$version" ] || fail "the image's lockrun --version"
 [ "$(docker image inspect -f '{{json .Config.Entrypoint}}' lockrun)" = '["lockrun"]' ] || fail "ENTRYPOINT"
 docker run --rm --entrypoint sh lockrun -c 'test -s /etc/ssl/certs/ca-certificates.crt' || fail "ca-certificates"
-ok "image lockrun: ENTRYPOINT [\"lockrun\"], $(docker image inspect -f '{{.Size}}' lockrun | awk '{printf "%.0f MB", $1/1e6}')"
+# The image ships the static build itself, not some other lockrun that happened to be in the context.
+image_ctr=$(docker create lockrun)
+docker cp "$image_ctr:/usr/local/bin/lockrun" "$tmp/image-lockrun" >/dev/null
+docker rm "$image_ctr" >/dev/null
+cmp -s "$tmp/image-lockrun" "$bin" || fail "the image's /usr/local/bin/lockrun is not $prebuilt"
+assert_static "$tmp/image-lockrun" "the image's /usr/local/bin/lockrun"
+ok "image lockrun: ENTRYPOINT [\"lockrun\"], static lockrun, $(docker image inspect -f '{{.Size}}' lockrun | awk '{printf "%.0f MB", $1/1e6}')"
 # The two documented uses: a job image FROM lockrun, and COPY --from=lockrun into another image.
 mkdir -p "$tmp/job-image" "$tmp/other-image"
 printf '#!/bin/sh\necho "job ran, fence=$LOCKRUN_FENCE"\n' >"$tmp/job-image/job.sh"
@@ -141,9 +166,16 @@ chmod +x "$tmp/job-image/job.sh"
 printf 'FROM lockrun\nCOPY job.sh /job.sh\nCMD ["nightly", "--", "/job.sh"]\n' >"$tmp/job-image/Dockerfile"
 printf 'FROM debian:bookworm-slim\nCOPY --from=lockrun /usr/local/bin/lockrun /usr/local/bin/lockrun\nRUN lockrun --version\n' \
   >"$tmp/other-image/Dockerfile"
+# Static in practice: the binary alone in an empty image (no libc, no loader) still runs.
+mkdir -p "$tmp/scratch-image"
+printf 'FROM scratch\nCOPY --from=lockrun /usr/local/bin/lockrun /lockrun\nENTRYPOINT ["/lockrun"]\n' \
+  >"$tmp/scratch-image/Dockerfile"
 docker build -q -t lockrun-test-job "$tmp/job-image" >/dev/null
 docker build -q -t lockrun-test-other "$tmp/other-image" >/dev/null
-ok "FROM lockrun and COPY --from=lockrun both build"
+docker build -q -t lockrun-test-scratch "$tmp/scratch-image" >/dev/null
+[ "$(docker run --rm lockrun-test-scratch --version)" = "$version" ] \
+  || fail "lockrun --version in a FROM scratch image (is the binary really static?)"
+ok "FROM lockrun and COPY --from=lockrun both build; the binary runs alone in FROM scratch"
 
 # ------------------------------------------------------------------- the compose scenario
 phase "compose: up -d --scale cron-service=3 --build"
@@ -159,7 +191,10 @@ mapfile -t replicas < <("${compose[@]}" ps -q cron-service)
 for c in "${replicas[@]}"; do
   [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || fail "container $c is not running"
 done
-ok "redis + 3 cron-service replicas running"
+# The replicas run the static host build too (compose builds runtime-prebuilt from LOCKRUN_PREBUILT).
+docker cp "${replicas[0]}:/usr/local/bin/lockrun" "$tmp/compose-lockrun" >/dev/null
+cmp -s "$tmp/compose-lockrun" "$bin" || fail "cron-service's /usr/local/bin/lockrun is not $prebuilt"
+ok "redis + 3 cron-service replicas running (the static $prebuilt)"
 # The job image (FROM lockrun) run as documented: lockrun is PID 1 there, the job its command.
 job_out=$(docker run --rm --network "${COMPOSE_PROJECT_NAME}_default" \
   -e LOCKRUN_REDIS_URL=redis://redis:6379 lockrun-test-job 2>&1) \
@@ -296,6 +331,8 @@ compose_up=
 phase ".deb and .rpm: cargo deb, cargo generate-rpm (tools in target/packaging/tools)"
 # Pinned, built from crates.io once per clone (cargo-deb ~1.5 min, cargo-generate-rpm ~4 min on
 # 2 cores), then reused. They read [package.metadata.deb] / [package.metadata.generate-rpm].
+# Both get --target <host triple>: that rewrites the assets' target/release/lockrun (the dynamic
+# build from `cargo build --release`) to target/<triple>/release/lockrun, the static build above.
 tools=$cache/tools
 export PATH="$tools/bin:$PATH"
 cargo deb --version 2>/dev/null | grep -q '3\.8\.0' \
@@ -308,14 +345,29 @@ if [ "$rpm_wanted" = 1 ]; then
     || cargo install --locked --quiet --root "$tools" cargo-generate-rpm --version "$rpm_tool_version"
 fi
 rm -f target/debian/*.deb
-cargo deb --no-build >"$tmp/deb.out"
+# cargo-deb warns "No $auto deps" here: expected, a static binary links no shared library.
+cargo deb --target "$triple" --no-build >"$tmp/deb.out"
 deb=$(tail -1 "$tmp/deb.out")
 [ -s "$deb" ] || fail "cargo deb printed no package path"
-ok "built $deb"
+dpkg-deb -x "$deb" "$tmp/deb-root"
+cmp -s "$tmp/deb-root/usr/bin/lockrun" "$bin" || fail "the .deb's /usr/bin/lockrun is not $prebuilt"
+assert_static "$tmp/deb-root/usr/bin/lockrun" "the .deb's /usr/bin/lockrun"
+# dpkg-shlibdeps ($auto) finds no shared library in a static binary: no libc6 dependency.
+deb_depends=$(dpkg-deb -f "$deb" Depends)
+[ -z "$deb_depends" ] || fail "the .deb depends on '$deb_depends'; a static lockrun needs nothing"
+ok "built $deb (static /usr/bin/lockrun, no Depends)"
 if [ "$rpm_wanted" = 1 ]; then
   rm -f target/generate-rpm/*.rpm
-  cargo generate-rpm
+  mkdir -p target/generate-rpm
+  # -o: the same place as without --target (which would write to target/<triple>/generate-rpm).
+  cargo generate-rpm --target "$triple" -o target/generate-rpm/
   rpm_file=$(ls target/generate-rpm/lockrun-*.rpm)
+  # The .rpm's /usr/bin/lockrun is the static build, byte for byte: its SHA-256 in the package
+  # header against the file's. (Not extracted: rpm2cpio exits 1 on these packages even though
+  # its output is complete.)
+  rpm_sha=$(rpm -qp --dump "$rpm_file" 2>/dev/null | awk '$1 == "/usr/bin/lockrun" { print $4 }')
+  [ "$rpm_sha" = "$(sha256sum <"$bin" | cut -d' ' -f1)" ] \
+    || fail "the .rpm's /usr/bin/lockrun (sha256 '$rpm_sha') is not $prebuilt"
   rpm -qlp "$rpm_file" 2>/dev/null | sort >"$tmp/rpm.list"
   for f in /usr/bin/lockrun /usr/share/man/man1/lockrun.1 /usr/share/man/man1/lockrun-status.1 \
            /usr/share/bash-completion/completions/lockrun /usr/share/zsh/site-functions/_lockrun \
@@ -323,7 +375,7 @@ if [ "$rpm_wanted" = 1 ]; then
            /usr/share/doc/lockrun/examples/lockrun-example.timer; do
     grep -qx "$f" "$tmp/rpm.list" || fail "$f missing from $rpm_file"
   done
-  ok "built $rpm_file ($(wc -l <"$tmp/rpm.list") files)"
+  ok "built $rpm_file ($(wc -l <"$tmp/rpm.list") files, static /usr/bin/lockrun)"
 else
   echo ">>> .rpm NOT built: LOCKRUN_PACKAGING_RPM=0 (CI saves the ~4 min tool build; run bash packaging/test.sh to build and check it)" >&2
 fi

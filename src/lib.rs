@@ -29,6 +29,7 @@ use exit_codes::ExitCode;
 /// Everything `main` does; returns the process exit code.
 pub fn main() -> i32 {
     signals::record_sigpipe();
+    pin_host_lookups();
     let code = run().code();
     // Lines still queued for a slow stderr reader; bounded, and after the lock is released.
     logging::flush();
@@ -87,6 +88,43 @@ fn run_with(
         Err(code) => code,
     }
 }
+
+/// Host names resolve from /etc/hosts and DNS only, in the static build (what packaging ships,
+/// `packaging/build-static.sh`): glibc's built-in `files` and `dns` backends, never a `libnss_*`
+/// module from /etc/nsswitch.conf.
+///
+/// Why: a statically linked glibc still honours nsswitch.conf by dlopen()ing `libnss_*.so`, and
+/// those are the host's modules, built against the host's glibc rather than the one linked into
+/// lockrun: a mismatch can crash the process. `files` and `dns` are compiled into libc.a and need
+/// no dlopen.
+/// What is lost: the other hosts backends (`mdns4_minimal`, LDAP/`sss`, `resolve` (nss-resolve),
+/// `myhostname`); with systemd-resolved, its stub resolver in resolv.conf (127.0.0.53) still
+/// answers, through `dns`. This is how musl builds of any program behave anyway (hosts file +
+/// DNS, no NSS). The dynamic build (`cargo build`) keeps the system's full nsswitch.conf.
+///
+/// Called once, at the start of `main`: before any name resolution (Redis URLs, Sentinel names,
+/// for the run form and every other command) and while lockrun is still single-threaded
+/// (`__nss_configure_lookup` is not thread-safe). glibc only: musl (static by default) has no NSS.
+#[cfg(all(target_env = "gnu", target_feature = "crt-static"))]
+fn pin_host_lookups() {
+    extern "C" {
+        // <nss.h>; not in the libc crate. Overrides nsswitch.conf's line for one database.
+        fn __nss_configure_lookup(
+            dbname: *const std::ffi::c_char,
+            service_line: *const std::ffi::c_char,
+        ) -> std::ffi::c_int;
+    }
+    // SAFETY: two NUL-terminated constants; no other thread exists yet. It fails only for an
+    // unknown database or a malformed line, neither possible with these constants, so the
+    // result is not checked (nor could it be logged: logging starts after the command line).
+    unsafe {
+        __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
+    }
+}
+
+/// The dynamic build uses the system's NSS as configured (see the static build's version).
+#[cfg(not(all(target_env = "gnu", target_feature = "crt-static")))]
+fn pin_host_lookups() {}
 
 /// Logging as `-q`/`-v`/`--log-format` and `LOCKRUN_LOG` say (the run form and every other
 /// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
