@@ -17,7 +17,10 @@ import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.path.join(ROOT, "target", "release", "lockrun")
+# The lockrun that ships (static glibc, packaging/build-static.sh; run.sh passes its path), and the
+# plain `cargo build --release` one (dynamically linked) for comparison.
+BIN_DYNAMIC = os.path.join(ROOT, "target", "release", "lockrun")
+BIN = os.environ.get("BENCH_LOCKRUN") or BIN_DYNAMIC
 WRAPPER = os.path.join(ROOT, "tests", "bench", "peers", "wrapper.py")
 # The floor program (tests/bench/floor.c), built by run.sh: dynamic and static.
 FLOOR = os.path.join(ROOT, "target", "bench-floor")
@@ -143,6 +146,7 @@ def overhead(redis, tmp):
         "flock -n FILE true": ["flock", "-n", flockfile, "true"],
         "lockrun (TCP)": [BIN, "-q", "-r", redis.tcp, "bench-tcp", "--", "true"],
         "lockrun (unix socket)": [BIN, "-q", "-r", redis.unix, "bench-unix", "--", "true"],
+        "lockrun dynamically linked (TCP)": [BIN_DYNAMIC, "-q", "-r", redis.tcp, "bench-dyn", "--", "true"],
         "floor program (C, dynamic)": [FLOOR, "127.0.0.1", str(redis.port), "bench-floor", "true"],
         "floor program (C, static)": [FLOOR_STATIC, "127.0.0.1", str(redis.port), "bench-floor-s", "true"],
         "redis-cli SET NX PX + DEL (sh)": ["sh", "-c",
@@ -278,7 +282,7 @@ def scale(redis):
     print(f"| exit codes | {sorted(set(codes))} |")
     print(f"| wall time | {wall:.1f} s |")
     print(f"| CPU of all lockruns (+ their `sleep`s), user+sys | {lock_cpu:.2f} s ({lock_cpu / n * 1000:.2f} ms per lockrun) |")
-    print(f"| Redis CPU, user+sys | {redis_cpu:.2f} s |")
+    print(f"| Redis CPU, user+sys | {redis_cpu:.2f} s ({redis_cpu / (n * hold) * 1e6:.0f} µs per holder-second) |")
     print(f"| Redis commands (incl. those run inside scripts) | {cmds} ({cmds / wall:.0f}/s) |")
 
 
@@ -401,7 +405,8 @@ def main():
     parts = sys.argv[1:] or ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "topologies"]
     print(f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
           f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
-          f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()}")
+          f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()} "
+          f"({'static, packaging/build-static.sh' if BIN != BIN_DYNAMIC else 'cargo build --release'})")
     tmp = tempfile.mkdtemp(prefix="lockrun-bench-")
     redis = Redis(tmp)
     try:

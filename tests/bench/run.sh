@@ -28,6 +28,9 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q redis python-redis-lock pottery
 fi
 cargo build --release --locked
+# The lockrun that ships: static glibc (packaging/build-static.sh prints its path last).
+BENCH_LOCKRUN=$(bash packaging/build-static.sh | tail -n 1)
+export BENCH_LOCKRUN
 # The floor program: the least a lock wrapper can do (see floor.c), dynamic and static.
 command -v cc >/dev/null || { echo ">>> installing gcc with apt-get" >&2; sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo; $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 cc -O2 -o target/bench-floor tests/bench/floor.c
