@@ -1,7 +1,6 @@
 -- Shared prelude of every script that writes a lock (acquire, release, semaphores, leave, force
--- release): the server clock, the fencing counter and the run history. Kept to what the common
--- (uncontended) paths use: each `local function` here is a closure the server creates on every
--- call, so the waiter queue's functions (queue.lua) come after those paths have returned.
+-- release): the server clock, the fencing counter and the run history. The waiter queue's
+-- functions follow in queue.lua.
 redis.replicate_commands()
 
 -- The server clock in microseconds (exact in a Lua number until the year 2255).

@@ -1,4 +1,4 @@
--- The waiter queue's functions, after prelude.lua and after a script's common path (see there).
+-- The waiter queue's functions (after prelude.lua).
 --
 -- Waiters (lockruns with --wait) queue in arrival order in a sorted set Q (score = arrival time,
 -- member = the waiter's public id, never its secret token: any client can read the queue). Each

@@ -12,9 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
-/// queue's functions. The acquire and the release run their common path between the two: the
-/// server creates a closure for every `local function` it passes, on every call, and the
-/// uncontended path needs none of the queue's (see prelude.lua).
+/// queue's functions (queue.lua).
 macro_rules! queue_script {
     ($file:literal) => {
         concat!(
@@ -23,19 +21,11 @@ macro_rules! queue_script {
             include_str!($file)
         )
     };
-    ($common:literal, $queued:literal) => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!($common),
-            include_str!("queue.lua"),
-            include_str!($queued)
-        )
-    };
 }
 pub(super) use queue_script;
 
-const ACQUIRE: &str = queue_script!("acquire.lua", "acquire_queued.lua");
-const RELEASE: &str = queue_script!("release.lua", "release_queued.lua");
+const ACQUIRE: &str = queue_script!("acquire.lua");
+const RELEASE: &str = queue_script!("release.lua");
 const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
 const SEM_RELEASE: &str = queue_script!("sem_release.lua");
 const LEAVE: &str = queue_script!("leave.lua");
