@@ -90,17 +90,22 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def hyperfine(commands, runs):
-    """name -> argv; returns name -> list of seconds."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        args = ["hyperfine", "-N", "-i", "--style", "none", "-w", "10", "-r", str(runs),
-                "--export-json", out.name]
-        names = list(commands)
-        for n in names:
-            args += ["-n", n, " ".join(commands[n])]
-        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=ENV)
-        data = json.load(open(out.name))
-    return {r["command"]: r["times"] for r in data["results"]}
+def hyperfine(commands, runs, rounds=10):
+    """name -> argv; returns name -> list of seconds. Interleaved: `rounds` hyperfine runs of
+    runs/rounds each, every command in each, so a machine that slows down or speeds up during
+    the benchmark (a shared VM) weighs on every command alike rather than on whichever ran then."""
+    times = {n: [] for n in commands}
+    for _ in range(rounds):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            args = ["hyperfine", "-N", "-i", "--style", "none", "-w", "3", "-r", str(max(2, runs // rounds)),
+                    "--export-json", out.name]
+            for n in commands:
+                args += ["-n", n, " ".join(commands[n])]
+            subprocess.run(args, check=True, stdout=subprocess.DEVNULL, env=ENV)
+            data = json.load(open(out.name))
+        for r in data["results"]:
+            times[r["command"]] += r["times"]
+    return times
 
 
 def run_threads(target, n, args=lambda i: ()):

@@ -19,10 +19,18 @@ SCRIPT_INNER = {"replconf", "set", "get", "del", "pexpire", "pttl", "publish", "
 
 class Node:
     def __init__(self, tmp, free_port, *extra, sentinel_conf=None):
-        self.port = free_port()
+        # A port from the kernel can still be taken before the server binds it, or be another
+        # cluster node's bus port (port + 10000): then the server exits, and another is tried.
+        for _ in range(5):
+            if self.start(tmp, free_port(), extra, sentinel_conf):
+                return
+        raise RuntimeError("no redis-server started on 5 different ports")
+
+    def start(self, tmp, port, extra, sentinel_conf):
+        self.port = port
         self.sentinel = sentinel_conf is not None
         self.dir = os.path.join(tmp, f"node-{self.port}")
-        os.makedirs(self.dir)
+        os.makedirs(self.dir, exist_ok=True)
         if sentinel_conf is not None:
             conf = os.path.join(self.dir, "sentinel.conf")
             with open(conf, "w") as f:
@@ -33,7 +41,13 @@ class Node:
                     "--appendonly", "no", "--repl-diskless-sync-delay", "0", *extra]
         self.proc = subprocess.Popen(argv + ["--dir", self.dir, "--logfile", "log"], cwd=self.dir,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.wait_until(lambda: self.cli("PING") == "PONG")
+        for _ in range(600):
+            if self.cli("PING") == "PONG":
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.05)
+        raise RuntimeError(f"node {self.port} never ready")
 
     def cli(self, *args):
         r = subprocess.run(["redis-cli", "-p", str(self.port), *map(str, args)], capture_output=True, text=True)
