@@ -13,6 +13,10 @@
 # job, releases the lock and exits with the job's code. Orphans of the job are reaped by lockrun
 # (--subreaper), not left to this shell.
 set -u
+# One stream for everything this container prints (this shell, lockrun's log, the job): Docker
+# reads stdout and stderr through two pipes and may store a line of one before an earlier line
+# of the other, so "tick: slot=…" could land after the lockrun line it precedes.
+exec 2>&1
 key=${LOCKRUN_KEY_NAME:-report}
 tick=${TICK_SECONDS:-10}
 min_hold=${MIN_HOLD:-$((tick * 8 / 10))s}
