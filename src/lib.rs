@@ -5,7 +5,8 @@
 //! - [`duration`]: `500ms` / `30s` / `forever`
 //! - [`lock`]: the lock protocol behind the [`lock::LockService`] seam (Lua scripts on Redis)
 //! - [`watchdog`]: lease renewal while the job runs
-//! - [`signals`], [`supervisor`]: signal capture, the child, its process group, reaping
+//! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
+//!   its process group, reaping
 //! - [`exit_codes`]: how every ending maps to a process exit code
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
@@ -21,6 +22,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod signals;
+pub mod spawn;
 pub mod supervisor;
 pub mod watchdog;
 

@@ -52,6 +52,9 @@ pub fn forwarded() -> Vec<i32> {
 /// Write end of the self-pipe, for the signal handler.
 static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
 
+/// lockrun's pid, for the handler to tell lockrun from the child of `spawn` (see there).
+static MAIN_PID: AtomicI32 = AtomicI32::new(-1);
+
 /// The signal handler: two bytes (signal number, "from the kernel") into a non-blocking pipe.
 /// write(2) is async-signal-safe, and a 2-byte write to a pipe is atomic. If the pipe were
 /// ever full (thousands of unread signals) the byte pair is dropped: SIGCHLD is level-checked
@@ -61,6 +64,17 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
     // code never sees it change.
     unsafe {
         let errno = *libc::__errno_location();
+        if libc::getpid() != MAIN_PID.load(Ordering::Relaxed) {
+            // The child of `spawn`, between unblocking signals and exec, on lockrun's memory:
+            // the signal is the command's. It takes its default action, as it would a moment
+            // later: the default disposition, and the signal again, delivered when this handler
+            // returns (a signal is blocked during its own handler). In the child only: it has
+            // its own table of dispositions.
+            libc::signal(signo, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signo);
+            *libc::__errno_location() = errno;
+            return;
+        }
         let from_kernel = !info.is_null() && (*info).si_code == libc::SI_KERNEL;
         let msg = [signo as u8, u8::from(from_kernel)];
         libc::write(
@@ -98,16 +112,36 @@ impl Signals {
         // SAFETY: fresh descriptors we own.
         let read = unsafe { OwnedFd::from_raw_fd(fds[0]) };
         PIPE_WRITE.store(fds[1], Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        MAIN_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // A signal ignored when we start (`nohup`, a shell's `trap '' HUP`, a service manager)
         // stays ignored: catching it would hand the command a default disposition instead of
         // the inherited SIG_IGN, and forwarding would then kill it. Only uncaught signals keep
-        // their disposition across exec, so we leave those alone.
-        let caught: Vec<i32> = forwarded()
-            .into_iter()
-            .filter(|&s| !ignored(s))
-            .chain([libc::SIGCHLD])
-            .collect();
-        for &signo in &caught {
+        // their disposition across exec, so we leave those alone. SIGCHLD is always caught.
+        // One sigaction per signal installs the handler and returns the disposition it replaced;
+        // an ignored one is put back. Meanwhile all of them are blocked, so none can reach the
+        // handler in that instant; putting SIG_IGN back discards one that arrived.
+        let wanted: Vec<i32> = forwarded().into_iter().chain([libc::SIGCHLD]).collect();
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; sigprocmask on the only
+        // thread lockrun has at this point (the log writer starts later and inherits the mask).
+        let original_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for &signo in &wanted {
+                libc::sigaddset(&mut set, signo);
+            }
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            old
+        };
+        // The mask survives exec: a parent that runs lockrun with SIGCHLD blocked would hide
+        // the command's exit (lockrun would renew a finished job's lock forever), one with
+        // SIGTERM blocked would keep a stop request from the job. What we handle ends up
+        // unblocked; the rest of the mask stays as inherited.
+        let mut mask = original_mask;
+        for &signo in &wanted {
             // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe (above).
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
@@ -115,28 +149,23 @@ impl Signals {
                 // SA_RESTART: lockrun's own blocking calls resume instead of failing with EINTR.
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
-                if libc::sigaction(signo, &action, std::ptr::null_mut()) != 0 {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signo, &action, &mut old) != 0 {
                     return Err(io::Error::last_os_error());
                 }
+                if old.sa_sigaction == libc::SIG_IGN && signo != libc::SIGCHLD {
+                    if libc::sigaction(signo, &old, std::ptr::null_mut()) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    continue;
+                }
+                libc::sigdelset(&mut mask, signo);
             }
         }
-        // The mask survives exec: a parent that runs lockrun with SIGCHLD blocked would hide
-        // the command's exit (lockrun would renew a finished job's lock forever), one with
-        // SIGTERM blocked would keep a stop request from the job. Unblock what we handle.
-        // SAFETY: sigset_t is plain data that sigemptyset initialises; sigprocmask on the only
-        // thread lockrun has at this point (the log writer starts later and inherits this).
-        let original_mask = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for &signo in &caught {
-                libc::sigaddset(&mut set, signo);
-            }
-            if libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, &mut old) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            old
-        };
+        // SAFETY: as above.
+        if unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Signals {
             read: Some(read),
             pipe: None,
@@ -232,23 +261,16 @@ static SIGPIPE_IGNORED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 /// then ignores SIGPIPE in lockrun itself, so a closed stderr gives its writes EPIPE instead of
 /// killing lockrun while it holds a lock.
 pub fn record_sigpipe() {
-    SIGPIPE_IGNORED.store(ignored(libc::SIGPIPE), Ordering::Relaxed);
-    // SAFETY: signal(2) with SIG_IGN; nothing else has started yet.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: signal(2) with SIG_IGN, which returns the disposition it replaced; nothing else
+    // has started yet.
+    let old = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    SIGPIPE_IGNORED.store(old == libc::SIG_IGN, Ordering::Relaxed);
 }
 
 /// The command gets SIGPIPE ignored only if lockrun's caller had it ignored (std resets it to
-/// the default in every child, which is right for the other case).
+/// the default in the child, which is right for the other case).
 pub fn sigpipe_was_ignored() -> bool {
     SIGPIPE_IGNORED.load(Ordering::Relaxed)
-}
-
-fn ignored(sig: i32) -> bool {
-    // SAFETY: sigaction with a null new action only reads the current disposition.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
 }
 
 /// "SIGTERM" for logs.

@@ -9,6 +9,7 @@
 use crate::duration::Human;
 use crate::exit_codes::ExitCode;
 use crate::signals::{self, Received, Signals};
+use crate::spawn;
 use crate::watchdog::{Deadline, Lost};
 use nix::errno::Errno;
 use nix::sys::signal::{self as nsig, SigSet, SigmaskHow, Signal};
@@ -18,8 +19,6 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -100,7 +99,7 @@ fn monotonic_now() -> libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime fills `ts`; async-signal-safe, so also usable between fork and exec.
+    // SAFETY: clock_gettime fills `ts`.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts
 }
@@ -142,7 +141,7 @@ fn foreground_terminal() -> Option<RawFd> {
 }
 
 /// tcsetpgrp from a background group raises SIGTTOU unless it is blocked; block it around the
-/// call. Only async-signal-safe calls: this also runs in the forked child before exec.
+/// call. (The child does its own hand-over before exec: see `spawn`.)
 fn give_terminal(fd: RawFd, pgrp: Pid) -> nix::Result<()> {
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
@@ -161,7 +160,8 @@ impl Job {
     /// it); the error is then [`SpawnError::LeaseExpired`].
     ///
     /// Must be called from the thread that lives as long as lockrun (the main thread): the
-    /// parent-death signal fires when the *thread* that forked exits, not the process.
+    /// parent-death signal fires when the *thread* that started the child exits, not the
+    /// process.
     pub fn spawn(
         argv: &[OsString],
         env: &[(&str, String)],
@@ -169,86 +169,42 @@ impl Job {
         start_by: Option<Instant>,
     ) -> Result<Job, SpawnError> {
         let program = argv[0].to_string_lossy().into_owned();
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
         let tty = if opts.group {
             foreground_terminal()
         } else {
             None
         };
-        if opts.group {
-            // setpgid(0, 0) in the child before exec: the job gets a group of its own, so a
-            // signal to -pgid reaches `sh -c 'a & b & wait'` and everything it starts.
-            cmd.process_group(0);
-        }
-        let parent = unistd::getpid();
-        let mask = opts.mask;
-        let sigpipe_ignored = signals::sigpipe_was_ignored();
-        // The monotonic clock as a raw timespec the child can compare with no allocation.
-        let start_by = start_by.map(|at| {
-            timespec_after(
-                monotonic_now(),
-                at.saturating_duration_since(Instant::now()),
-            )
-        });
-        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // system calls (clock_gettime, sigprocmask, signal, prctl, getppid, tcsetpgrp, getpid); it
-        // allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The last moment before exec: a lockrun delayed since the acquire reply (a
-                // stalled machine, swapping, SIGSTOP) must not start a job on a lease that may
-                // already belong to someone else. ETIME never comes from exec itself.
-                if let Some(limit) = start_by {
-                    let now = monotonic_now();
-                    if (now.tv_sec, now.tv_nsec) >= (limit.tv_sec, limit.tv_nsec) {
-                        return Err(io::Error::from_raw_os_error(libc::ETIME));
-                    }
-                }
-                // std cleared the mask for the child; the command gets the one lockrun was
-                // started with (a caller's blocked signals are the caller's business).
-                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-                // std reset SIGPIPE to the default for the child; a caller that ignored it
-                // wants its command to inherit that, as with every other ignored signal.
-                if sigpipe_ignored {
-                    libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-                }
-                // If lockrun is SIGKILLed, the kernel sends the command SIGTERM, so it does not
-                // run on for long without a lock that nobody renews any more.
-                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
-                // lockrun may have died between fork and prctl; then the signal never comes.
-                if unistd::getppid() != parent {
-                    return Err(io::Error::other(
-                        "lockrun exited before the command started",
-                    ));
-                }
-                if let Some(fd) = tty {
-                    // Make the job the terminal's foreground group *before* exec, so its first
-                    // read cannot race us and be stopped with SIGTTIN. Ctrl-C then reaches the
-                    // job directly (and only once: lockrun is no longer in the foreground).
-                    let _ = give_terminal(fd, unistd::getpid());
-                }
-                Ok(())
-            });
-        }
-        // std reports exec failures (ENOENT, EACCES, ENOEXEC) from the child through a pipe,
-        // so by the time this returns the command has really started.
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            _ if e.raw_os_error() == Some(libc::ETIME) => SpawnError::LeaseExpired,
-            io::ErrorKind::NotFound => SpawnError::NotFound(match missing_interpreter(&argv[0]) {
-                Some(interp) => format!(
-                    "cannot run {program}: its interpreter {interp} (named on its #! line) was not found"
-                ),
-                None => format!("command not found: {program}"),
+        let setup = spawn::Setup {
+            group: opts.group,
+            // The command gets the mask lockrun was started with (a caller's blocked signals
+            // are the caller's business).
+            mask: opts.mask,
+            sigpipe_ignored: signals::sigpipe_was_ignored(),
+            // The monotonic clock as a raw timespec the child can compare with no allocation.
+            start_by: start_by.map(|at| {
+                timespec_after(
+                    monotonic_now(),
+                    at.saturating_duration_since(Instant::now()),
+                )
             }),
-            _ => SpawnError::NotExecutable(format!("cannot execute {program}: {e}")),
+            tty,
+        };
+        // By the time this returns the command has really started (or exec has failed).
+        let pid = spawn::spawn(argv, env, &setup).map_err(|e| match e {
+            spawn::Failure::Expired => SpawnError::LeaseExpired,
+            spawn::Failure::Os(e) if e.kind() == io::ErrorKind::NotFound => {
+                SpawnError::NotFound(match missing_interpreter(&argv[0]) {
+                    Some(interp) => format!(
+                        "cannot run {program}: its interpreter {interp} (named on its #! line) was not found"
+                    ),
+                    None => format!("command not found: {program}"),
+                })
+            }
+            spawn::Failure::Os(e) => {
+                SpawnError::NotExecutable(format!("cannot execute {program}: {e}"))
+            }
         })?;
-        let pid = Pid::from_raw(child.id() as i32);
-        // The Child handle is dropped without waiting: reaping is ours alone (see `reap`).
-        drop(child);
+        let pid = Pid::from_raw(pid);
         debug!(pid = pid.as_raw(), group = opts.group, "command started");
         Ok(Job {
             pid,

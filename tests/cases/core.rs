@@ -119,6 +119,72 @@ fn environment_names_key_token_and_fence() {
     assert!(fields[2].parse::<u64>().unwrap() >= 1);
 }
 
+/// lockrun starts the command itself (clone + execvpe, not std's Command): exec must keep
+/// execvp's rules. A file without `#!` runs with /bin/sh; a name with a slash is not looked up
+/// in PATH; a command found later in PATH after a directory where the name is not executable
+/// still runs; the variables lockrun sets replace inherited ones instead of adding duplicates.
+#[test]
+fn the_command_is_found_and_executed_as_execvp_would() {
+    use std::os::unix::fs::PermissionsExt;
+    let redis = Redis::start();
+    let dir = redis.dir.path();
+    let plain = dir.join("plain-script");
+    std::fs::write(&plain, "echo \"no shebang: $1\"\n").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("k").arg("--").arg(&plain).arg("arg1");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "no shebang: arg1\n");
+
+    // PATH: a first directory holds a non-executable file of that name, a second the real one.
+    let (first, second) = (dir.join("bin1"), dir.join("bin2"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(first.join("tool-xyz"), "#!/bin/sh\necho wrong\n").unwrap();
+    std::fs::write(second.join("tool-xyz"), "#!/bin/sh\necho right\n").unwrap();
+    std::fs::set_permissions(
+        second.join("tool-xyz"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
+    let mut cmd = lockrun(&redis);
+    cmd.env("PATH", &path).args(["k", "--", "tool-xyz"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "right\n");
+    // Only the non-executable one: EACCES wins over "not found", as with execvp: 126.
+    std::fs::remove_file(second.join("tool-xyz")).unwrap();
+    let mut cmd = lockrun(&redis);
+    cmd.env("PATH", &path).args(["k", "--", "tool-xyz"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr_of(&out));
+
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_FENCE", "stale")
+        .env("LOCKRUN_KEY", "stale")
+        .args([
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "env | grep -c '^LOCKRUN_FENCE='; echo $LOCKRUN_KEY $LOCKRUN_FENCE",
+        ]);
+    let out = run(cmd);
+    let stdout = stdout_of(&out);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.first(),
+        Some(&"1"),
+        "one LOCKRUN_FENCE in the environment: {stdout}"
+    );
+    let fields: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(fields[0], "k", "{stdout}");
+    assert!(fields[1].parse::<u64>().is_ok(), "{stdout}");
+    assert!(!redis.exists("k"));
+}
+
 #[test]
 fn the_key_tells_an_operator_who_holds_it() {
     let redis = Redis::start();

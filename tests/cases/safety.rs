@@ -115,20 +115,28 @@ fn a_full_stderr_pipe_never_stops_supervision() {
     assert!(log.contains("redis lock lost"), "{log}");
 }
 
-/// A shared object that delays every `fork` by `ms`: preloaded into lockrun, it stalls it in
-/// the last step before exec, as a loaded machine, swapping or a stop signal can.
+/// A shared object that delays every `fork` and `clone` by `ms`: preloaded into lockrun, it
+/// stalls it in the last step before exec, as a loaded machine, swapping or a stop signal can.
 fn fork_staller(dir: &Path, ms: u32) -> std::path::PathBuf {
     let src = dir.join("stall_fork.c");
     let lib = dir.join("stall_fork.so");
     std::fs::write(
         &src,
         format!(
-            "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <time.h>\n#include <unistd.h>\n\
-             pid_t fork(void) {{\n\
+            "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <sched.h>\n#include <time.h>\n\
+             #include <unistd.h>\n\
+             static void stall(void) {{\n\
                struct timespec t = {{ {ms} / 1000, ({ms} % 1000) * 1000000L }};\n\
-               nanosleep(&t, 0);\n\
+               nanosleep(&t, 0);\n}}\n\
+             pid_t fork(void) {{\n\
+               stall();\n\
                pid_t (*real)(void) = (pid_t (*)(void))dlsym(RTLD_NEXT, \"fork\");\n\
-               return real();\n}}\n"
+               return real();\n}}\n\
+             int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...) {{\n\
+               stall();\n\
+               int (*real)(int (*)(void *), void *, int, void *, ...) =\n\
+                 (int (*)(int (*)(void *), void *, int, void *, ...))dlsym(RTLD_NEXT, \"clone\");\n\
+               return real(fn, stack, flags, arg);\n}}\n"
         ),
     )
     .unwrap();
