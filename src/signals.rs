@@ -70,8 +70,23 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
             // later: the default disposition, and the signal again, delivered when this handler
             // returns (a signal is blocked during its own handler). In the child only: it has
             // its own table of dispositions.
-            libc::signal(signo, libc::SIG_DFL);
-            libc::kill(libc::getpid(), signo);
+            // Except a stop (Ctrl-Z): a stopped child would keep lockrun waiting in clone, where
+            // it sees nothing and renews nothing. That one goes to lockrun's pipe (the child's
+            // copy of the descriptor), and lockrun forwards it to the job once it has started.
+            if signo == libc::SIGTSTP {
+                let msg = [
+                    signo as u8,
+                    u8::from(!info.is_null() && (*info).si_code == libc::SI_KERNEL),
+                ];
+                libc::write(
+                    PIPE_WRITE.load(Ordering::Relaxed),
+                    msg.as_ptr().cast(),
+                    msg.len(),
+                );
+            } else {
+                libc::signal(signo, libc::SIG_DFL);
+                libc::kill(libc::getpid(), signo);
+            }
             *libc::__errno_location() = errno;
             return;
         }

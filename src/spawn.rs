@@ -42,6 +42,9 @@ pub enum Failure {
     Expired,
 }
 
+/// The guard page's size (the smallest page on x86_64 and aarch64 Linux).
+const GUARD: usize = 4096;
+
 /// Outcomes the child reports through [`Shared::failed`]; errno values are positive.
 const EXPIRED: c_int = -1;
 const PARENT_GONE: c_int = -2;
@@ -162,9 +165,16 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
                 // child and takes its default action (see `signals::on_signal`).
                 libc::pthread_sigmask(libc::SIG_SETMASK, &(*(*shared).setup).mask, ptr::null_mut());
                 // execvpe searches PATH as execvp does (and runs a file without `#!` with
-                // /bin/sh); glibc's implementation allocates nothing. Returns only on failure.
+                // /bin/sh); glibc's implementation allocates nothing. It looks PATH up in
+                // lockrun's environment, not `envp`: the same, as lockrun adds only LOCKRUN_*.
+                // Returns only on failure; errno is cleared first, since it can give up without
+                // setting it (a PATH entry longer than PATH_MAX), and 0 would read as success.
+                *libc::__errno_location() = 0;
                 libc::execvpe((*shared).file, (*shared).argv, (*shared).envp);
-                *libc::__errno_location()
+                match *libc::__errno_location() {
+                    0 => libc::ENOENT,
+                    e => e,
+                }
             }
             Err(code) => code,
         };
@@ -230,7 +240,8 @@ unsafe fn prepare(setup: &Setup, parent: libc::pid_t) -> Result<(), c_int> {
     Ok(())
 }
 
-/// The child's stack: mapped, not allocated (pages are touched only as used), and unmapped
+/// The child's stack: mapped, not allocated (pages are touched only as used), with a guard
+/// page below it (an overflow faults instead of writing into lockrun's memory), and unmapped
 /// after the clone.
 struct Stack {
     base: *mut c_void,
@@ -241,7 +252,7 @@ impl Stack {
     /// Room for our own frames plus execvpe's: the path it builds (PATH_MAX + NAME_MAX) and,
     /// for a file without `#!`, a copy of argv with /bin/sh in front.
     fn new(args: usize) -> Result<Stack, Failure> {
-        let len = (64 * 1024 + args * std::mem::size_of::<usize>()).next_multiple_of(4096);
+        let len = (64 * 1024 + args * std::mem::size_of::<usize>()).next_multiple_of(GUARD) + GUARD;
         // SAFETY: a fresh anonymous private mapping; checked for MAP_FAILED.
         let base = unsafe {
             libc::mmap(
@@ -256,7 +267,12 @@ impl Stack {
         if base == libc::MAP_FAILED {
             return Err(Failure::Os(io::Error::last_os_error()));
         }
-        Ok(Stack { base, len })
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping made above.
+        if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
+            return Err(Failure::Os(io::Error::last_os_error()));
+        }
+        Ok(stack)
     }
 
     /// Stacks grow down: the child starts at the end (page-aligned, so 16-byte aligned).

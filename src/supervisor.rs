@@ -190,7 +190,14 @@ impl Job {
             tty,
         };
         // By the time this returns the command has really started (or exec has failed).
-        let pid = spawn::spawn(argv, env, &setup).map_err(|e| match e {
+        let started = spawn::spawn(argv, env, &setup);
+        if let (Err(_), Some(fd)) = (&started, tty) {
+            // The child may have handed the terminal to its group before exec failed: take it
+            // back before saying why, or the error line is written from the background (and
+            // with `stty tostop` that stops lockrun, holding the lock).
+            let _ = give_terminal(fd, unistd::getpgrp());
+        }
+        let pid = started.map_err(|e| match e {
             spawn::Failure::Expired => SpawnError::LeaseExpired,
             spawn::Failure::Os(e) if e.kind() == io::ErrorKind::NotFound => {
                 SpawnError::NotFound(match missing_interpreter(&argv[0]) {

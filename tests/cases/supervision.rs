@@ -357,8 +357,20 @@ struct Terminal {
 
 impl Terminal {
     fn run(lockrun_args: &[&str], rc: &Path) -> Terminal {
+        Self::start(lockrun_args, rc, false)
+    }
+
+    /// `tostop`: the terminal stops a background process that writes to it (`stty tostop`),
+    /// so output from a process that is not in the foreground shows as a hang.
+    fn start(lockrun_args: &[&str], rc: &Path, tostop: bool) -> Terminal {
         let pty = nix::pty::openpty(None, None).expect("openpty");
         let slave: OwnedFd = pty.slave;
+        if tostop {
+            use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+            let mut t = tcgetattr(&slave).expect("tcgetattr");
+            t.local_flags.insert(LocalFlags::TOSTOP);
+            tcsetattr(&slave, SetArg::TCSANOW, &t).expect("tcsetattr");
+        }
         let slave_fd = slave.as_raw_fd();
         let quoted: Vec<String> = lockrun_args
             .iter()
@@ -482,6 +494,31 @@ fn terminal_job_can_read_from_the_tty_and_the_shell_gets_it_back() {
         "not stopped by SIGTTIN; screen:\n{screen}"
     );
     assert!(!redis.exists("tty-read"));
+}
+
+/// A command that cannot be executed after the terminal was handed to its group: lockrun must
+/// take the terminal back before it says so, or its error line comes from the background (with
+/// `stty tostop`, that stops lockrun, holding the lock, until someone kills it).
+#[test]
+fn terminal_comes_back_when_the_command_cannot_be_executed() {
+    let redis = Redis::start();
+    let rc = redis.dir.path().join("missing.rc");
+    let url = redis.url();
+    let term = Terminal::start(
+        &[
+            "-r",
+            &url,
+            "tty-missing",
+            "--",
+            "definitely-not-a-command-xyz",
+        ],
+        &rc,
+        true,
+    );
+    let (code, screen) = term.finish(&rc);
+    assert_eq!(code, 127, "{screen}");
+    assert!(screen.contains("command not found"), "{screen}");
+    assert!(!redis.exists("tty-missing"));
 }
 
 fn process_state(pid: u32) -> Option<String> {
