@@ -627,6 +627,12 @@ fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[
         next.margins(gone),
         held.vs(gone),
     );
+    // Shown with a failure (the test's output is captured otherwise).
+    eprintln!(
+        "the key's last sighting with the holder's value: {:?}, its expiry then: {:?}, first \
+         sighting without: {:?}; the next holder's log:\n{}",
+        held.last, held.expires_last, held.ended, next.log
+    );
     let mut c = Checks::new();
     c.check(status.code().is_some_and(|s| exits.contains(&s)), || {
         format!(
