@@ -64,29 +64,18 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
     // code never sees it change.
     unsafe {
         let errno = *libc::__errno_location();
-        if libc::getpid() != MAIN_PID.load(Ordering::Relaxed) {
-            // The child of `spawn`, between unblocking signals and exec, on lockrun's memory:
-            // the signal is the command's. It takes its default action, as it would a moment
-            // later: the default disposition, and the signal again, delivered when this handler
-            // returns (a signal is blocked during its own handler). In the child only: it has
-            // its own table of dispositions.
-            // Except a stop (Ctrl-Z): a stopped child would keep lockrun waiting in clone, where
-            // it sees nothing and renews nothing. That one goes to lockrun's pipe (the child's
-            // copy of the descriptor), and lockrun forwards it to the job once it has started.
-            if signo == libc::SIGTSTP {
-                let msg = [
-                    signo as u8,
-                    u8::from(!info.is_null() && (*info).si_code == libc::SI_KERNEL),
-                ];
-                libc::write(
-                    PIPE_WRITE.load(Ordering::Relaxed),
-                    msg.as_ptr().cast(),
-                    msg.len(),
-                );
-            } else {
-                libc::signal(signo, libc::SIG_DFL);
-                libc::kill(libc::getpid(), signo);
-            }
+        // The child of `spawn`, between unblocking signals and exec, on lockrun's memory: the
+        // signal is the command's. (Told by its pid, not by a flag in memory: that memory is
+        // shared, and lockrun's log thread may take a signal meanwhile.) It takes its default
+        // action, as it would a moment later: the default disposition, and the signal again,
+        // delivered when this handler returns (a signal is blocked during its own handler). In
+        // the child only: it has its own table of dispositions.
+        // Except a stop (Ctrl-Z): a stopped child would keep lockrun waiting in clone, where it
+        // sees nothing and renews nothing. That one goes to lockrun's pipe like any other (the
+        // child's copy of the descriptor), and lockrun forwards it once the job has started.
+        if signo != libc::SIGTSTP && libc::getpid() != MAIN_PID.load(Ordering::Relaxed) {
+            libc::signal(signo, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signo);
             *libc::__errno_location() = errno;
             return;
         }

@@ -245,12 +245,7 @@ impl Held {
 
 /// The moment process `pid` ends, from a pidfd: the kernel wakes us at its exit, with no
 /// polling interval to blur the measurement (and it only errs late, the strict direction).
-///
-/// Late is still wrong when lockrun releases the key a millisecond after the job's exit (its
-/// release request reaches the server at once in a scenario that delays only replies): a
-/// watcher woken 3–35 ms late on this loaded 2-core VM put "gone" after the next holder's
-/// acquire and failed the check with no overlap. So the watcher runs at real-time priority
-/// (SCHED_FIFO; root, as CI runs), which preempts everything else the test machine runs.
+/// See `job_end` for what makes up for a late wake-up.
 fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
     // SAFETY: pidfd_open(2) takes a pid and flags; it returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
@@ -260,17 +255,6 @@ fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
         std::io::Error::last_os_error()
     );
     thread::spawn(move || {
-        let param = libc::sched_param { sched_priority: 50 };
-        // SAFETY: sets this thread's own scheduling policy; `param` is a valid sched_param.
-        let rt =
-            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-        if rt != 0 {
-            eprintln!(
-                "note: the job's exit is timed without real-time priority ({}): on a loaded \
-                 machine the checks against it are stricter than the truth",
-                std::io::Error::from_raw_os_error(rt)
-            );
-        }
         let mut p = libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -295,8 +279,8 @@ fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
 
 /// When the job ended, at the latest: the earlier of the exit watcher's wake-up and lockrun's
 /// reaping of it (its `-v` line "command exited", stamped just after waitpid). Both come after
-/// the real exit, so the checks stay strict. The watcher alone was seen 3-5 ms late on a VM
-/// whose vCPU the host had taken away (real-time priority does not help there), which put the
+/// the real exit, so the checks stay strict. The watcher alone was seen 3-35 ms late on this
+/// loaded 2-core VM (also at real-time priority: the host takes the vCPU away), which put the
 /// job's end after the next holder's acquire, allowed by lockrun's release just after the reap.
 fn job_end(watched: SystemTime, log: &str) -> SystemTime {
     log.lines()
