@@ -330,6 +330,14 @@ impl ReplicaSet {
                     .is_some_and(|i| i.contains("master_link_status:up"))
             });
         }
+        // The replica's link is up once it has loaded the snapshot, but the master counts it
+        // for `WAIT` only once it is `online` there, after it has read the replica's first
+        // acknowledgement: until then `WAIT` answers 0 whatever the replica has.
+        let n = replicas.len();
+        master.wait_until("counted its replicas as online", |m| {
+            m.try_cli(&["INFO", "replication"])
+                .is_some_and(|i| i.matches("state=online").count() == n)
+        });
         ReplicaSet {
             master,
             replicas,
