@@ -1,16 +1,12 @@
 -- Shared prelude of every script that writes a lock (acquire, release, semaphores, leave, force
--- release): the server clock, the fencing counter and the run history. The waiter queue's
--- functions follow in queue.lua.
+-- release): the server clock, the fencing counter and the run history; only what the fast paths
+-- of acquire.lua and release.lua need. queue.lua has the rest.
 redis.replicate_commands()
 
 -- The server clock in microseconds (exact in a Lua number until the year 2255).
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function now_ms()
-  return math.floor(now_us() / 1000)
 end
 
 -- GET of a key that may be of another type (spoiled by hand, or a semaphore): WRONGTYPE gives
@@ -95,16 +91,4 @@ local function note(h, first, lost, refresh)
     end
   end
   append(h, cap, fields, refresh)
-end
-
--- The entry of an attempt that ends its run without the lock (held, not waiting), composed here
--- from the holder value (ARGV[1], "<public id> host=<host> pid=<pid> ...", which lockrun writes)
--- so that the acquire, which mostly succeeds, does not carry a whole entry in its arguments.
--- ARGV[at] is the cap (0: record nothing).
-local function note_skipped(h, at)
-  local cap = tonumber(ARGV[at])
-  if not cap or cap <= 0 then return end
-  local id, host, pid = string.match(ARGV[1], '^(%S+) host=(%S*) pid=(%d+)')
-  if not id then return end
-  append(h, cap, {'outcome', 'skipped', 'host', host, 'pid', pid, 'id', id, 'duration_ms', '0'}, true)
 end

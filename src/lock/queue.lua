@@ -1,5 +1,24 @@
--- The waiter queue's functions (after prelude.lua).
---
+-- What only the less common paths need, after prelude.lua (and after the fast path of acquire.lua
+-- and release.lua, which returns before these functions are created: each one costs the server
+-- work on every call): the clock in milliseconds, a skipped run's history entry, and the waiter
+-- queue.
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- The entry of an attempt that ends its run without the lock (held, not waiting), composed here
+-- from the holder value (ARGV[1], "<public id> host=<host> pid=<pid> ...", which lockrun writes)
+-- so that the acquire, which mostly succeeds, does not carry a whole entry in its arguments.
+-- ARGV[at] is the cap (0: record nothing).
+local function note_skipped(h, at)
+  local cap = tonumber(ARGV[at])
+  if not cap or cap <= 0 then return end
+  local id, host, pid = string.match(ARGV[1], '^(%S+) host=(%S*) pid=(%d+)')
+  if not id then return end
+  append(h, cap, {'outcome', 'skipped', 'host', host, 'pid', pid, 'id', id, 'duration_ms', '0'}, true)
+end
+
 -- Waiters (lockruns with --wait) queue in arrival order in a sorted set Q (score = arrival time,
 -- member = the waiter's public id, never its secret token: any client can read the queue). Each
 -- entry is a ticket that expires (sorted set E, score = expiry) unless its waiter renews it, so

@@ -12,7 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
-/// queue's functions (queue.lua).
+/// queue's functions (queue.lua). Acquire and release put their common case (nobody queued)
+/// between the two, so it returns before queue.lua's functions are created (every call creates
+/// a script's `local function`s anew).
 macro_rules! queue_script {
     ($file:literal) => {
         concat!(
@@ -21,11 +23,19 @@ macro_rules! queue_script {
             include_str!($file)
         )
     };
+    ($fast:literal, $queued:literal) => {
+        concat!(
+            include_str!("prelude.lua"),
+            include_str!($fast),
+            include_str!("queue.lua"),
+            include_str!($queued)
+        )
+    };
 }
 pub(super) use queue_script;
 
-const ACQUIRE: &str = queue_script!("acquire.lua");
-const RELEASE: &str = queue_script!("release.lua");
+const ACQUIRE: &str = queue_script!("acquire.lua", "acquire_queued.lua");
+const RELEASE: &str = queue_script!("release.lua", "release_queued.lua");
 const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
 const SEM_RELEASE: &str = queue_script!("sem_release.lua");
 const LEAVE: &str = queue_script!("leave.lua");

@@ -1,5 +1,6 @@
--- Compare-and-delete: only the holder's own value is ever deleted (after prelude.lua and
--- queue.lua).
+-- Compare-and-delete: only the holder's own value is ever deleted. Like acquire.lua, the common
+-- case (nobody queued) ends before queue.lua's functions are defined; release_queued.lua, after
+-- them, wakes the head of the queue.
 -- KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history
 -- ARGV[1] our holder value, ARGV[2] ms to keep (--min-hold), ARGV[3] wake channel,
 -- ARGV[4..] the run's history entry (see `note`), written whether or not the key is still ours
@@ -17,10 +18,3 @@ end
 redis.call('DEL', KEYS[1])
 -- Nobody queued: nobody to wake (the common case ends here).
 if redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then return 1 end
--- A queue spoiled by hand is left alone (its waiters are told so by their acquire).
-if bad_queue(KEYS[2], KEYS[3]) then return 1 end
--- Wake the head of the queue only. A hint: it re-checks with acquire, so a lost message costs
--- latency (until its next ticket renewal), never safety.
-prune_queue(KEYS[2], KEYS[3], now_ms())
-wake_head(KEYS[2], ARGV[3])
-return 1

@@ -358,15 +358,58 @@ def contention(redis, tmp):
     print(f"\nlockrun throughput is {b / a:.2f}x flock's in the same run.")
 
 
-def servercost(redis):
+def cost_contenders(port):
+    tcp = f"redis://127.0.0.1:{port}"
+    return {
+        "floor program (SET NX PX + INCR; GET + DEL)": [FLOOR, "127.0.0.1", str(port), "cost-floor", "true"],
+        "lockrun (history on, the default)": [BIN, "-q", "-r", tcp, "cost-lockrun", "--", "true"],
+        "lockrun --history 0": [BIN, "-q", "--history", "0", "-r", tcp, "cost-nohist", "--", "true"],
+    }
+
+
+def server_instructions(tmp, runs=100):
+    """Instructions the server executes per lock cycle, counted by callgrind in the server's
+    EVAL/EVALSHA commands: unlike microseconds on a shared VM, the same on every run, so a change
+    to the scripts shows its exact effect. One redis-server under valgrind; per contender a
+    first run (loads the scripts), counters zeroed, `runs` runs, counters dumped."""
+    port = free_port()
+    out = os.path.join(tmp, "callgrind.out")
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=evalShaCommand",
+         "--toggle-collect=evalCommand", f"--callgrind-out-file={out}", "redis-server", "--port", str(port),
+         "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        result = {}
+        for name, argv in cost_contenders(port).items():
+            subprocess.run(argv, env=ENV, check=True)
+            subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)
+            for _ in range(runs):
+                subprocess.run(argv, env=ENV, check=True)
+            before = set(os.listdir(tmp))
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True)
+            dump = next(os.path.join(tmp, f) for f in sorted(set(os.listdir(tmp)) - before)
+                        if f.startswith("callgrind.out"))
+            with open(dump) as f:
+                total = next(int(line.split()[1]) for line in f if line.startswith(("summary:", "totals:")))
+            result[name] = total / runs
+        return result
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def servercost(redis, tmp):
     """Redis server time per uncontended lock cycle (acquire + release): `INFO commandstats`
     usec of the top-level script calls, interleaved in rounds so every contender sees the same
-    server; and requests per run."""
-    contenders = {
-        "floor program (SET NX PX + INCR; GET + DEL)": [FLOOR, "127.0.0.1", str(redis.port), "cost-floor", "true"],
-        "lockrun (history on, the default)": [BIN, "-q", "-r", redis.tcp, "cost-lockrun", "--", "true"],
-        "lockrun --history 0": [BIN, "-q", "--history", "0", "-r", redis.tcp, "cost-nohist", "--", "true"],
-    }
+    server; the server's instructions per cycle (callgrind); and requests per run."""
+    contenders = cost_contenders(redis.port)
     usec = {name: 0 for name in contenders}
     runs = {name: 0 for name in contenders}
     scripts = ("eval", "evalsha")
@@ -390,14 +433,19 @@ def servercost(redis):
             subprocess.run(argv, env=ENV)
         d = delta(before, redis.commandstats(), TOP_LEVEL - {"info"})
         requests[name] = sum(d.values()) / 50
-    floor = usec[next(iter(contenders))] / runs[next(iter(contenders))]
+    instructions = server_instructions(tmp)
+    first = next(iter(contenders))
+    floor = usec[first] / runs[first]
     print("\n### Redis server time per uncontended lock cycle (acquire + release)\n")
-    print("| client | server µs per cycle | vs floor | requests per run |")
-    print("|---|---|---|---|")
+    print("| client | server µs per cycle | vs floor | server instructions per cycle | vs floor | requests per run |")
+    print("|---|---|---|---|---|---|")
     for name in contenders:
         per = usec[name] / runs[name]
-        print(f"| {name} | {per:.1f} | {per / floor:.2f}x | {requests[name]:g} |")
-    print(f"\n({runs[next(iter(contenders))]} cycles each, interleaved in rounds of 100.)")
+        ir = instructions[name]
+        print(f"| {name} | {per:.1f} | {per / floor:.2f}x | {ir / 1000:.1f} k | {ir / instructions[first]:.2f}x "
+              f"| {requests[name]:g} |")
+    print(f"\n({runs[first]} cycles each, interleaved in rounds of 100; instructions counted by callgrind "
+          "in the server's EVAL/EVALSHA over 100 cycles each.)")
 
 
 def topologies(redis, tmp):
@@ -416,7 +464,7 @@ def main():
     redis = Redis(tmp)
     try:
         for part in parts:
-            globals()[part](redis, tmp) if part in ("overhead", "memory", "contention", "topologies") else globals()[part](redis)
+            globals()[part](redis, tmp) if part in ("overhead", "servercost", "memory", "contention", "topologies") else globals()[part](redis)
     finally:
         redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)

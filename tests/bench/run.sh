@@ -5,7 +5,7 @@
 #   bash tests/bench/run.sh            # everything (~5 min)
 #   bash tests/bench/run.sh overhead   # one part: overhead | servercost | roundtrips | memory | scale | contention | topologies
 #
-# Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd (Debian packages)
+# Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd, valgrind (Debian packages)
 # and redis-py, python-redis-lock, pottery (into a virtualenv under target/bench-venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,6 +15,7 @@ command -v hyperfine >/dev/null || need+=(hyperfine)
 [ -x /usr/bin/time ] || need+=(time)
 command -v etcd >/dev/null || need+=(etcd-server)
 command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v valgrind >/dev/null || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
   echo ">>> installing benchmark tools with apt-get: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo

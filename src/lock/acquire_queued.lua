@@ -1,0 +1,30 @@
+-- The rest of acquire.lua, after queue.lua: held, queued waiters, spoiled keys.
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
+local counter, spoiled = check_helpers(KEYS[2], KEYS[3], KEYS[4])
+if not counter then return {-2, spoiled} end
+local us = now_us()
+local now = math.floor(us / 1000)
+prune_queue(KEYS[3], KEYS[4], now)
+local current = false
+if kind == 'string' then current = redis.call('GET', KEYS[1]) end
+if current == ARGV[1] then
+  -- Our own earlier attempt succeeded but its reply was lost: still ours. A fresh fence keeps
+  -- numbers strictly increasing; the number we never received was never used.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
+end
+-- Free, and nobody queued ahead of us: no barging past waiters, so none starves.
+if not current and rank(KEYS[3], ARGV[3]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
+end
+local ticket = tonumber(ARGV[4])
+if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 5) end
+if current then
+  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
+end
+-- Names no waiter: this text ends up in log lines.
+return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3])}
