@@ -57,8 +57,9 @@ fn too_few_replicas_means_not_acquired_and_nothing_left_locked() {
     let set = ReplicaSet::start(1);
     for wait in [&[][..], &["--wait", "1500ms"]] {
         let mut cmd = on(&set);
-        // A lease of 3 s lets WAIT block for 2 s: the one replica answers well within that
-        // even on a loaded machine, so the count it reports is exactly 1.
+        // A lease of 3 s gives WAIT ~667 ms (two thirds of the 1 s request timeout), not the
+        // 200 ms of a 900 ms lease: the one replica answers well within that even on a loaded
+        // machine, so the count it reports is exactly 1.
         cmd.args(["-t", "3s", "--acks", "2"])
             .args(wait)
             .args(["short", "echo", "ran"]);
