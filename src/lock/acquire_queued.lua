@@ -1,10 +1,6 @@
 -- The rest of acquire.lua, after queue.lua: held, queued waiters, spoiled keys.
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
-local counter, spoiled = check_helpers(KEYS[2], KEYS[3], KEYS[4])
-if not counter then return {-2, spoiled} end
-local us = now_us()
-local now = math.floor(us / 1000)
+local refused, kind, counter, us, now = preflight('string')
+if refused then return refused end
 prune_queue(KEYS[3], KEYS[4], now)
 local current = false
 if kind == 'string' then current = redis.call('GET', KEYS[1]) end

@@ -36,14 +36,20 @@ local function bad_queue(q, e)
   end
 end
 
--- Checks every helper key before a script's first write (Redis never rolls a script back):
--- returns the fencing counter, or nil and the first spoiled key.
-local function check_helpers(f, q, e)
-  local counter = read_fence(f)
-  if not counter then return nil, f end
-  local bad = bad_queue(q, e)
-  if bad then return nil, bad end
-  return counter
+-- The checks an acquire (lock or semaphore) makes before its first write, since Redis never
+-- rolls a script back: the key (KEYS[1]) is absent or of type `want`, the fencing counter
+-- (KEYS[2]) and the queue keys (KEYS[3], KEYS[4]) are sound. Returns the reply that refuses
+-- ({-1, type} or {-2, spoiled helper key}), or nil, the key's type, the counter and the
+-- server clock in µs and in ms.
+local function preflight(want)
+  local kind = redis.call('TYPE', KEYS[1]).ok
+  if kind ~= 'none' and kind ~= want then return {-1, kind} end
+  local counter = read_fence(KEYS[2])
+  if not counter then return {-2, KEYS[2]} end
+  local bad = bad_queue(KEYS[3], KEYS[4])
+  if bad then return {-2, bad} end
+  local us = now_us()
+  return nil, kind, counter, us, math.floor(us / 1000)
 end
 
 local function prune_queue(q, e, now)

@@ -7,12 +7,8 @@
 -- history; see `note_skipped`)
 -- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
 -- {-2, helper key}. Nothing is written before every check has passed.
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'zset' then return {-1, kind} end
-local counter, spoiled = check_helpers(KEYS[2], KEYS[3], KEYS[4])
-if not counter then return {-2, spoiled} end
-local us = now_us()
-local now = math.floor(us / 1000)
+local refused, kind, counter, us, now = preflight('zset')
+if refused then return refused end
 local ttl = tonumber(ARGV[2])
 -- Holders that died without releasing stop counting the moment their lease ends.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
