@@ -27,7 +27,7 @@ pub enum OnLost {
     Continue,
 }
 
-#[derive(Debug, Parser)]
+#[derive(Debug, PartialEq, Parser)]
 #[command(
     name = "lockrun",
     version,
@@ -132,7 +132,7 @@ pub struct Args {
 }
 
 /// How to reach and authenticate to Redis: shared by the run form and every other command.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, PartialEq, clap::Args)]
 pub struct Connection {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
     /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P],
@@ -209,7 +209,7 @@ pub struct Connection {
 }
 
 /// How lockrun's own lines on stderr look: shared by the run form and every other command.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, PartialEq, clap::Args)]
 pub struct Logs {
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
     #[arg(short, long, conflicts_with = "verbose", env = "LOCKRUN_QUIET",
@@ -367,6 +367,7 @@ fn parse_key(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+mod fast;
 pub mod verbs;
 
 /// What the command line asks for: a run (the classic form, or `lockrun run …`) or one of the
@@ -383,16 +384,26 @@ pub fn parse() -> Result<Invocation, ExitCode> {
     parse_from(std::env::args_os())
 }
 
-/// The run form stays exactly as it was: only when the first word that is not an option (or an
-/// option's value) is one of [`verbs::VERBS`] is it a command; it moves to the front, so
-/// connection options may come before or after it (`lockrun -r URL status KEY`). `run` is
-/// dropped and the rest parsed as the run form, for a lock named like a command.
+/// [`parse`] of given words (the program's name first).
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    // The plain run form first, without clap (see `fast`): it gives what clap would, or nothing.
+    match fast::parse(&argv) {
+        Some(args) => Ok(Invocation::Run(Box::new(args))),
+        None => parse_with_clap(argv),
+    }
+}
+
+/// [`parse_from`] by clap alone. The run form stays exactly as it was: only when the first word
+/// that is not an option (or an option's value) is one of [`verbs::VERBS`] is it a command; it
+/// moves to the front, so connection options may come before or after it (`lockrun -r URL
+/// status KEY`). `run` is dropped and the rest parsed as the run form, for a lock named like a
+/// command.
+fn parse_with_clap(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
     let verb = first_positional(&Args::command(), &argv)
         .filter(|&i| verbs::VERBS.iter().any(|v| argv[i] == *v));
     match verb {
@@ -556,6 +567,11 @@ fn one_line(rendered: &str) -> String {
     first.join(" ")
 }
 
+/// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: the
+/// comparison of `fast` with clap sets them, and tests run on several threads.
+#[cfg(test)]
+static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -568,6 +584,7 @@ mod tests {
     }
 
     fn parse_any(args: &[&str]) -> Result<Invocation, ExitCode> {
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
         parse_from(std::iter::once("lockrun").chain(args.iter().copied()))
     }
 
