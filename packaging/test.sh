@@ -2,9 +2,9 @@
 # Tests lockrun's packaging for real, on this machine, with nothing from an image registry:
 #   - a Docker daemon of its own (dockerd started by hand, stopped by its pid at the end)
 #   - a debian:bookworm-slim base image made with debootstrap (cached in target/packaging/)
-#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, static-pie);
+#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, not position-independent);
 #     the image, the compose scenario, the job image and the .deb/.rpm all carry that binary, and
-#     each is checked to be static (readelf: no interpreter, no NEEDED; file: static-pie)
+#     each is checked to be static (readelf: no interpreter, no NEEDED, type EXEC; file: statically linked)
 #   - the image from packaging/Dockerfile (--target runtime-prebuilt) and both documented uses of
 #     it (FROM lockrun; COPY --from=lockrun), plus the binary alone in a FROM scratch image
 #   - the compose scenario, scaled to 3: exactly one replica runs each tick, the others log
@@ -129,21 +129,22 @@ ok "debian:bookworm-slim is $(docker image inspect -f '{{.Id}}' debian:bookworm-
 # ------------------------------------------------------------------ lockrun built on the host
 # The binary that ships is the static one (start-up cost, glibc independence; see the script).
 # Everything below (image, compose, job image, .deb, .rpm) carries this very file.
-phase "packaging/build-static.sh (static-pie release build for the host triple)"
+phase "packaging/build-static.sh (static release build for the host triple)"
 triple=$(rustc -vV | sed -n 's/^host: //p')
 bin=$(bash packaging/build-static.sh)
 [ "$bin" = "$root/target/$triple/release/lockrun" ] || fail "build-static.sh printed '$bin', expected target/$triple/release/lockrun"
-# Static by two tools: the script's readelf check (no interpreter, no NEEDED) and file(1).
+# Static by two tools: the script's readelf check (no interpreter, no NEEDED, type EXEC) and
+# file(1), which says "static-pie linked" for the position-independent kind.
 assert_static() {
   bash packaging/build-static.sh --check "$1" || fail "$2: not statically linked"
-  file -b "$1" | grep -q 'static-pie linked' || fail "$2: file(1) does not say static-pie: $(file -b "$1")"
+  file -b "$1" | grep -q 'statically linked' || fail "$2: file(1) does not say statically linked: $(file -b "$1")"
 }
 assert_static "$bin" "the host build"
 # The Docker build context is the repository root: the binary's path relative to it.
 prebuilt=${bin#"$root"/}
 export LOCKRUN_PREBUILT=$prebuilt
 version=$("$bin" --version)
-ok "$version: $prebuilt, static-pie"
+ok "$version: $prebuilt, statically linked"
 
 # --------------------------------------------------------------------------- the image itself
 phase "docker build -f packaging/Dockerfile --target runtime-prebuilt -t lockrun ."
