@@ -500,7 +500,7 @@ fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
                 started.elapsed() < std::time::Duration::from_secs(10),
                 "{url} {wait:?}: {err}"
             );
-            assert!(!err.contains("Pw"), "{err}");
+            assert!(!err.contains("-Pw"), "{err}");
         }
     }
 }
