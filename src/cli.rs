@@ -15,6 +15,10 @@ use std::time::Duration;
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// Runs a key's history keeps by default (`--history`), and at most.
 pub const DEFAULT_HISTORY: u32 = 100;
+/// Defaults given as text (clap parses them like any value); `fast` uses the same.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+const DEFAULT_TTL: &str = "30s";
+const DEFAULT_KILL_AFTER: &str = "10s";
 pub const MAX_HISTORY: u32 = 10_000;
 /// Longest lease: a crashed holder blocks everyone else for up to one TTL.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -47,7 +51,7 @@ pub struct Args {
 
     /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
     /// 1h, 1d; a bare number is seconds)
-    #[arg(short, long, env = "LOCKRUN_TTL", default_value = "30s", value_name = "DURATION",
+    #[arg(short, long, env = "LOCKRUN_TTL", default_value = DEFAULT_TTL, value_name = "DURATION",
           value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true)]
     pub ttl: Duration,
 
@@ -64,7 +68,7 @@ pub struct Args {
 
     /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most
     /// TTL/3 when the lock is being lost)
-    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = "10s", value_name = "DURATION",
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = DEFAULT_KILL_AFTER, value_name = "DURATION",
           value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
     pub kill_after: Duration,
 
@@ -144,7 +148,7 @@ pub struct Connection {
         short,
         long,
         env = "LOCKRUN_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
+        default_value = DEFAULT_URL,
         value_name = "URL",
         hide_env_values = true,
         action = clap::ArgAction::Append

@@ -17,10 +17,13 @@
 
 use super::{
     parse_acks, parse_exit_code, parse_history, parse_key, parse_limit, parse_min_hold,
-    parse_switch, parse_ttl, verbs, Args, Connection, Logs, OnLost,
+    parse_switch, parse_ttl, verbs, Args, Connection, Logs, OnLost, DEFAULT_HISTORY,
+    DEFAULT_KILL_AFTER, DEFAULT_TTL, DEFAULT_URL,
 };
 use crate::duration::{self, Wait};
+use crate::exit_codes::DEFAULT_CONFLICT;
 use crate::logging::Format;
+use clap::ValueEnum;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -57,34 +60,20 @@ use Kind::*;
 /// Every option of the run form, as `Args` declares it to clap (the test
 /// `the_table_matches_clap` holds the two together). The position is the index into
 /// [`Parsed::given`].
+#[rustfmt::skip]
 const OPTS: [Opt; 25] = [
     opt("redis", Some('r'), "LOCKRUN_REDIS_URL", Append),
     opt("node-timeout", None, "LOCKRUN_NODE_TIMEOUT", Value),
     opt("redis-user", None, "LOCKRUN_REDIS_USER", Value),
-    opt(
-        "redis-password-file",
-        None,
-        "LOCKRUN_REDIS_PASSWORD_FILE",
-        Value,
-    ),
+    opt("redis-password-file", None, "LOCKRUN_REDIS_PASSWORD_FILE", Value),
     opt("tls-ca", None, "LOCKRUN_TLS_CA", Value),
     opt("tls-cert", None, "LOCKRUN_TLS_CERT", Value),
     opt("tls-key", None, "LOCKRUN_TLS_KEY", Value),
     opt("tls-insecure", None, "LOCKRUN_TLS_INSECURE", Switch),
-    opt(
-        "sentinel-password-file",
-        None,
-        "LOCKRUN_SENTINEL_PASSWORD_FILE",
-        Value,
-    ),
+    opt("sentinel-password-file", None, "LOCKRUN_SENTINEL_PASSWORD_FILE", Value),
     opt("ttl", Some('t'), "LOCKRUN_TTL", Value),
     opt("wait", Some('w'), "LOCKRUN_WAIT", Value),
-    opt(
-        "conflict-exit-code",
-        Some('E'),
-        "LOCKRUN_CONFLICT_EXIT_CODE",
-        Value,
-    ),
+    opt("conflict-exit-code", Some('E'), "LOCKRUN_CONFLICT_EXIT_CODE", Value),
     opt("kill-after", None, "LOCKRUN_KILL_AFTER", Value),
     opt("on-lost", None, "LOCKRUN_ON_LOST", Value),
     opt("min-hold", None, "LOCKRUN_MIN_HOLD", Value),
@@ -96,12 +85,7 @@ const OPTS: [Opt; 25] = [
     opt("subreaper", None, "LOCKRUN_SUBREAPER", Switch),
     opt("metrics-file", None, "LOCKRUN_METRICS_FILE", Value),
     opt("quiet", Some('q'), "LOCKRUN_QUIET", Switch),
-    Opt {
-        long: "verbose",
-        short: Some('v'),
-        env: None,
-        kind: Count,
-    },
+    Opt { long: "verbose", short: Some('v'), env: None, kind: Count },
     opt("log-format", None, "LOCKRUN_LOG_FORMAT", Value),
 ];
 
@@ -263,9 +247,7 @@ pub(super) fn parse(argv: &[OsString]) -> Option<Args> {
 
 fn build(p: &Parsed, key: &str, command: &[OsString]) -> Result<Args, ()> {
     let redis = if p.redis.is_empty() {
-        vec![p
-            .value("redis")?
-            .unwrap_or_else(|| "redis://127.0.0.1:6379".into())]
+        vec![p.value("redis")?.unwrap_or_else(|| DEFAULT_URL.into())]
     } else {
         p.redis.iter().map(|s| s.to_string()).collect()
     };
@@ -281,29 +263,25 @@ fn build(p: &Parsed, key: &str, command: &[OsString]) -> Result<Args, ()> {
         tls_insecure: p.switch("tls-insecure")?,
         sentinel_password_file: path("sentinel-password-file")?,
     };
-    let on_lost = |v: &str| match v {
-        "terminate" => Ok(OnLost::Terminate),
-        "continue" => Ok(OnLost::Continue),
-        _ => Err(()),
-    };
-    let log_format = |v: &str| match v {
-        "text" => Ok(Format::Text),
-        "json" => Ok(Format::Json),
-        _ => Err(()),
-    };
-    let default_conflict = crate::exit_codes::DEFAULT_CONFLICT.to_string();
-    let default_history = super::DEFAULT_HISTORY.to_string();
+    // The defaults are clap's (`default_value_t` / `default_value` in cli.rs); the enums are
+    // read by clap's own derived matcher, without building a command.
+    let on_lost = |v: &str| OnLost::from_str(v, false);
+    let log_format = |v: &str| Format::from_str(v, false);
     Ok(Args {
         conn,
-        ttl: p.parsed("ttl", parse_ttl, "30s")?,
+        ttl: p.parsed("ttl", parse_ttl, DEFAULT_TTL)?,
         wait: p.parsed("wait", Wait::parse, "0")?,
-        conflict_exit_code: p.parsed("conflict-exit-code", parse_exit_code, &default_conflict)?,
-        kill_after: p.parsed("kill-after", duration::parse, "10s")?,
-        on_lost: p.parsed("on-lost", on_lost, "terminate")?,
+        conflict_exit_code: p
+            .optional("conflict-exit-code", parse_exit_code)?
+            .unwrap_or(DEFAULT_CONFLICT),
+        kill_after: p.parsed("kill-after", duration::parse, DEFAULT_KILL_AFTER)?,
+        on_lost: p.optional("on-lost", on_lost)?.unwrap_or(OnLost::Terminate),
         min_hold: p.parsed("min-hold", parse_min_hold, "0")?,
-        acks: p.parsed("acks", parse_acks, "0")?,
+        acks: p.optional("acks", parse_acks)?.unwrap_or(0),
         fsync: p.switch("fsync")?,
-        history: p.parsed("history", parse_history, &default_history)?,
+        history: p
+            .optional("history", parse_history)?
+            .unwrap_or(DEFAULT_HISTORY),
         limit: p.optional("limit", parse_limit)?,
         no_group: p.switch("no-group")?,
         subreaper: p.switch("subreaper")?,
@@ -311,7 +289,9 @@ fn build(p: &Parsed, key: &str, command: &[OsString]) -> Result<Args, ()> {
         logs: Logs {
             quiet: p.switch("quiet")?,
             verbose: p.verbose,
-            log_format: p.parsed("log-format", log_format, "text")?,
+            log_format: p
+                .optional("log-format", log_format)?
+                .unwrap_or(Format::Text),
         },
         key: parse_key(key).map_err(drop)?,
         command: command.to_vec(),
