@@ -253,9 +253,9 @@ fn nested_lockrun_on_the_same_key_is_reentrant() {
     cmd.args(["-t", "2s", "outer", "--", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().unwrap();
+    let mut child = cmd.spawn().unwrap();
     let outer_value: Option<String> = {
-        wait_for_file(&marker);
+        wait_for_file_of(&mut child, &marker);
         redis.cmd(&["GET", "outer"])
     };
     assert!(

@@ -324,7 +324,7 @@ fn sigterm_reaches_the_command_and_its_code_passes_through() {
         ready.display()
     ));
     let mut child = cmd.spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGTERM);
     let status = wait_timeout(&mut child, PATIENCE).unwrap();
     assert_eq!(status.code(), Some(7));

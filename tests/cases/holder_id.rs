@@ -34,7 +34,7 @@ impl Holding {
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let lines = wait_for_line(&mut child, "redis lock acquired");
-        wait_for_file(&token_file);
+        wait_for_file_of(&mut child, &token_file);
         Holding {
             child,
             lines,

@@ -301,7 +301,7 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
             .stderr(Stdio::null());
         let before = now();
         let mut child = cmd.spawn().unwrap();
-        wait_for_file(&ready);
+        wait_for_file_of(&mut child, &ready);
         kill(child.id(), libc::SIGTERM);
         let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
         let after = now();

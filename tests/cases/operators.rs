@@ -52,7 +52,7 @@ impl Held {
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let lines = wait_for_line(&mut child, "redis lock acquired");
-        wait_for_file(&ready);
+        wait_for_file_of(&mut child, &ready);
         Held { child, lines, go }
     }
 

@@ -100,11 +100,14 @@ fn renewals_that_no_replica_confirms_stop_the_job_before_its_lease_ends() {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let mut cmd = on(&set);
-    cmd.args(["-t", "900ms", "--acks", "1", "renewed", "sh", "-c"])
+    // TTL 3 s: the acquire's WAIT may take up to 666 ms (two thirds of the TTL/3 request
+    // timeout). With 900 ms (200 ms) a replica starved of CPU by a loaded machine missed it and
+    // the job never started.
+    cmd.args(["-t", "3s", "--acks", "1", "renewed", "sh", "-c"])
         .arg(format!("touch '{}'; exec sleep 30", ready.display()))
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     // The replica stops acknowledging: the master still renews, but lockrun may not count it.
     let replica = &set.replicas[0];
     replica.signal(libc::SIGSTOP);

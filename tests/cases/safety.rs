@@ -230,7 +230,7 @@ fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
         .stderr(Stdio::piped());
     let mut holder = cmd.spawn().unwrap();
     let mut lines = Lines::of(&mut holder);
-    wait_for_file(&ready);
+    wait_for_file_of(&mut holder, &ready);
     // Cut the holder off: its socket path disappears (reconnects fail) and its connection is
     // killed; the next holder uses the server's new path.
     let moved = dir.join("moved.sock");
@@ -318,7 +318,7 @@ fn signals_blocked_at_start_are_still_handled_and_the_mask_goes_back_to_the_comm
     ));
     with_blocked(&mut cmd, &[libc::SIGTERM]);
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGTERM);
     let status = wait_timeout(&mut child, Duration::from_secs(10));
     if status.is_none() {
@@ -411,7 +411,7 @@ fn an_inherited_subreaper_flag_means_orphans_are_reaped() {
         });
     }
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     thread::sleep(Duration::from_millis(800));
     let zombies = crate::cases::supervision::zombie_children(child.id());
     assert_eq!(zombies, 0, "orphans adopted but never reaped");

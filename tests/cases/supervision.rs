@@ -40,7 +40,7 @@ fn forwards_term_int_hup_quit_usr1_usr2() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_for_file(&ready);
+        wait_for_file_of(&mut child, &ready);
         kill(child.id(), signo);
         let status = wait_timeout(&mut child, PATIENCE).unwrap();
         assert_eq!(
@@ -67,7 +67,7 @@ fn signals_reach_grandchildren_through_the_process_group() {
     cmd.args(["grp", "--", "sh", "-c"])
         .arg(format!("sh -c \"{}\" & wait", inner.replace('"', "\\\"")));
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGTERM);
     wait_timeout(&mut child, PATIENCE).unwrap();
     assert_eq!(lines(&log), ["grandchild-got-TERM"]);
@@ -93,7 +93,7 @@ fn a_forwarded_sigterm_is_not_sent_again_to_the_group_when_the_command_exits() {
             inner.replace('"', "\\\"")
         ));
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGTERM);
     wait_timeout(&mut child, PATIENCE).unwrap();
     assert_eq!(lines(&log), ["got-TERM"], "SIGTERM delivered exactly once");
@@ -114,7 +114,7 @@ fn no_group_signals_only_the_direct_child() {
     let mut cmd = lockrun(&redis);
     cmd.args(["--no-group", "ng", "--", "sh", "-c"]).arg(script);
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGTERM);
     let status = wait_timeout(&mut child, PATIENCE).unwrap();
     assert_eq!(status.code(), Some(3));
@@ -209,7 +209,7 @@ fn lock_loss_sigkills_a_command_that_ignores_sigterm_and_exits_76() {
         ));
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut log = Lines::of(&mut child);
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     redis.cmd::<i64>(&["DEL", "ign"]);
     let status = wait_timeout(&mut child, PATIENCE).unwrap();
     let log = log.rest();
@@ -232,7 +232,7 @@ fn sigkill_of_lockrun_sends_the_command_its_parent_death_signal() {
         ready.display()
     ));
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     kill(child.id(), libc::SIGKILL);
     wait_timeout(&mut child, PATIENCE).unwrap();
     eventually("the command to get SIGTERM", || lines(&log) == ["got-TERM"]);
@@ -317,7 +317,7 @@ fn subreaper_adopts_and_reaps_orphans() {
         .arg(script);
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
     let me = child.id();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     eventually("the orphan to be adopted by lockrun", || {
         child_pids(me).len() >= 2
     });

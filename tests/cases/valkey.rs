@@ -38,8 +38,8 @@ fn valkey_conflict_wait_and_renewal() {
         .args(["-t", "1500ms", "vkq", "--", "sh", "-c"])
         .arg(format!("touch '{}'; sleep 1", ready.display()))
         .stderr(Stdio::piped());
-    let holder = holder.spawn().unwrap();
-    wait_for_file(&ready);
+    let mut holder = holder.spawn().unwrap();
+    wait_for_file_of(&mut holder, &ready);
     // No wait: a conflict, 75.
     let mut cmd = lockrun(&valkey);
     cmd.args(["vkq", "true"]);
@@ -67,7 +67,7 @@ fn valkey_lock_loss_stops_the_job() {
         .arg(format!("touch '{}'; exec sleep 30", ready.display()))
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    wait_for_file(&ready);
+    wait_for_file_of(&mut child, &ready);
     valkey.cmd::<i64>(&["DEL", "vklost"]);
     let status = wait_timeout(&mut child, PATIENCE).expect("lockrun exits");
     assert_eq!(status.code(), Some(76));
@@ -85,8 +85,8 @@ fn valkey_semaphore_and_reentrancy() {
             .stderr(Stdio::piped());
         children.push(cmd.spawn().unwrap());
     }
-    for i in 0..2 {
-        wait_for_file(&dir.join(format!("in{i}")));
+    for (i, child) in children.iter_mut().enumerate() {
+        wait_for_file_of(child, &dir.join(format!("in{i}")));
     }
     // Full: a third holder conflicts.
     let mut cmd = lockrun(&valkey);

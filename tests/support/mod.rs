@@ -438,9 +438,13 @@ pub fn wait_output(mut child: Child) -> Output {
     let out_t = thread::spawn(move || read_all(out.as_mut()));
     let err_t = thread::spawn(move || read_all(err.as_mut()));
     let status = wait_timeout(&mut child, PATIENCE).unwrap_or_else(|| {
+        let tree = process_tree(child.id(), 0);
+        for pid in descendants(child.id()) {
+            kill(pid, libc::SIGKILL);
+        }
         let _ = child.kill();
         let _ = child.wait();
-        panic!("process did not finish within {PATIENCE:?}");
+        panic!("process did not finish within {PATIENCE:?}; it was:\n{tree}");
     });
     Output {
         status,
@@ -554,6 +558,99 @@ pub fn wait_for_line(child: &mut Child, needle: &str) -> Lines {
 /// Waits for a file to exist (a command's way of saying "my traps are set").
 pub fn wait_for_file(path: &Path) {
     eventually(&format!("{} to exist", path.display()), || path.exists());
+}
+
+/// Waits for the file `child`'s command creates. If the child exits first, or PATIENCE runs
+/// out, fails with the child's exit status and (when piped) its stderr: a ready-file that never
+/// comes says nothing else about why.
+pub fn wait_for_file_of(child: &mut Child, path: &Path) {
+    let start = Instant::now();
+    let why = loop {
+        if path.exists() {
+            return;
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            if path.exists() {
+                return;
+            }
+            break format!("the process exited first ({status})");
+        }
+        if start.elapsed() > PATIENCE {
+            // Where everything was stuck, before the kill erases it.
+            let tree = process_tree(child.id(), 0);
+            // The whole tree: a job left running would hold the stderr pipe open.
+            for pid in descendants(child.id()) {
+                kill(pid, libc::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            break format!("timed out after {PATIENCE:?}; the process was killed; it was:\n{tree}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    // Bounded: whatever still holds the pipe open (a job that outlived lockrun) must not turn
+    // a failure into a hang.
+    let mut pipe = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || tx.send(read_all(pipe.as_mut())));
+    let stderr = match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => "(still open after 5 s; not read)".to_string(),
+    };
+    panic!(
+        "{} never appeared: {why}; its stderr:\n{stderr}",
+        path.display()
+    );
+}
+
+/// `pid` and its descendants, one per line: state, kernel wait channel and command line (from
+/// /proc), for saying where a process that should have moved on was waiting.
+pub fn process_tree(pid: u32, depth: usize) -> String {
+    let read =
+        |what: &str| std::fs::read_to_string(format!("/proc/{pid}/{what}")).unwrap_or_default();
+    let state = read("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .unwrap_or("gone")
+        .trim()
+        .to_string();
+    let cmdline = read("cmdline").replace('\0', " ");
+    let mut out = format!(
+        "{:indent$}{pid} [{state}, waiting in {}] {}\n",
+        "",
+        read("wchan"),
+        cmdline.trim_end(),
+        indent = 2 * depth
+    );
+    for kid in children(pid) {
+        out += &process_tree(kid, depth + 1);
+    }
+    out
+}
+
+/// The pids of every process below `pid`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    children(pid)
+        .into_iter()
+        .flat_map(|kid| std::iter::once(kid).chain(descendants(kid)))
+        .collect()
+}
+
+/// `pid`'s children, of every one of its threads: a child forked by a tokio worker thread is
+/// listed under that thread, not the main one.
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            let kids = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            kids.split_whitespace()
+                .filter_map(|k| k.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 /// A file in `dir` the test's commands append to; returns its lines.
