@@ -319,7 +319,8 @@ fn history_records_runs_skips_losses_and_aborts_newest_first() {
     assert_eq!(timed_out.status.code(), Some(75));
     held.finish();
     // Lost: the key deleted under a running job.
-    let lost = Held::start(&redis, &["-t", "600ms"], "job");
+    // TTL 1.5 s: long enough for the acquire (TTL/3) on a loaded machine, short to notice the loss.
+    let lost = Held::start(&redis, &["-t", "1500ms"], "job");
     let _: i64 = redis.cmd(&["DEL", "job"]);
     assert_eq!(lost.wait().0, Some(76));
     // Aborted: SIGTERM to lockrun while the job runs.

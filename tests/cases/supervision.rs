@@ -202,11 +202,22 @@ fn lock_loss_sigkills_a_command_that_ignores_sigterm_and_exits_76() {
     let redis = Redis::start();
     let ready = redis.dir.path().join("ign.ready");
     let mut cmd = lockrun(&redis);
-    cmd.args(["-t", "500ms", "--kill-after", "1s", "ign", "--", "sh", "-c"])
-        .arg(format!(
-            "trap '' TERM; touch '{}'; while :; do sleep 0.1; done",
-            ready.display()
-        ));
+    // TTL 1.5 s, not less: the acquire must answer within TTL/3, which a loaded CI machine can
+    // miss with a shorter one.
+    cmd.args([
+        "-t",
+        "1500ms",
+        "--kill-after",
+        "1s",
+        "ign",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(format!(
+        "trap '' TERM; touch '{}'; while :; do sleep 0.1; done",
+        ready.display()
+    ));
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let mut log = Lines::of(&mut child);
     wait_for_file_of(&mut child, &ready);

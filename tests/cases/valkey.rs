@@ -31,12 +31,13 @@ fn valkey_runs_the_job_fences_it_and_releases() {
 fn valkey_conflict_wait_and_renewal() {
     let valkey = Redis::start_valkey();
     let ready = valkey.dir.path().join("held");
-    // A holder that spans two renewals (TTL 1.5 s, one every 500 ms; 1 s of work). A shorter TTL
-    // lets one stall of a loaded CI machine pass for a lost lease.
+    // A holder that spans two renewals (TTL 3 s, one every second; 2.5 s of work). A shorter TTL
+    // lets one stall of a loaded CI machine pass for a lost lease, or fail the acquire itself
+    // (each request has TTL/3).
     let mut holder = lockrun(&valkey);
     holder
-        .args(["-t", "1500ms", "vkq", "--", "sh", "-c"])
-        .arg(format!("touch '{}'; sleep 1", ready.display()))
+        .args(["-t", "3s", "vkq", "--", "sh", "-c"])
+        .arg(format!("touch '{}'; sleep 2.5", ready.display()))
         .stderr(Stdio::piped());
     let mut holder = holder.spawn().unwrap();
     wait_for_file_of(&mut holder, &ready);
@@ -63,7 +64,8 @@ fn valkey_lock_loss_stops_the_job() {
     let valkey = Redis::start_valkey();
     let ready = valkey.dir.path().join("lost.ready");
     let mut cmd = lockrun(&valkey);
-    cmd.args(["-t", "600ms", "vklost", "--", "sh", "-c"])
+    // TTL 1.5 s: long enough for the acquire (TTL/3) on a loaded machine, short to notice the loss.
+    cmd.args(["-t", "1500ms", "vklost", "--", "sh", "-c"])
         .arg(format!("touch '{}'; exec sleep 30", ready.display()))
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
