@@ -162,6 +162,17 @@ impl Connector {
         self.cluster.is_some()
     }
 
+    /// The longest one reply may take before the client gives up on it: the whole request
+    /// timeout on one server, a quarter of it in a cluster (see [`cluster_share`]). A `WAIT`
+    /// must answer within it.
+    pub fn reply_timeout(&self) -> Duration {
+        if self.is_cluster() {
+            cluster_share(self.timeout)
+        } else {
+            self.timeout
+        }
+    }
+
     /// Behind Sentinel: do the sentinels now name another primary than the one we are
     /// connected to? A demoted primary answers writes with READONLY, which reconnects anyway;
     /// this also catches one that is still up and writable on the far side of a partition,
@@ -333,14 +344,27 @@ impl Connector {
     }
 }
 
+/// A cluster client's bound on each connection attempt and each reply: a quarter of the
+/// request timeout, not all of it. redis-rs connects to every seed, then to every node of the
+/// slot map, and waits for each attempt to end (a PING each). A node that accepts and never
+/// answers (a hung host, a black-holed address, a stopped process) would use up the whole
+/// budget twice over, and no key could be locked anywhere in the cluster while one node of any
+/// shard hangs. With a quarter it costs at most half, and the request to the key's own shard
+/// keeps the rest. A reply slower than a quarter is retried (acquire and renew find their own
+/// earlier success and keep it), all of it within our own bound of one request timeout.
+fn cluster_share(timeout: Duration) -> Duration {
+    (timeout / 4).max(Duration::from_millis(10))
+}
+
 fn cluster_builder(
     endpoint: &Endpoint,
     seeds: &[ConnectionInfo],
     timeout: Duration,
 ) -> ClusterClientBuilder {
+    let share = cluster_share(timeout);
     let mut builder = ClusterClientBuilder::new(seeds.to_vec())
-        .connection_timeout(timeout)
-        .response_timeout(timeout)
+        .connection_timeout(share)
+        .response_timeout(share)
         // Our own bound covers a whole request; redis-rs's default of 16 retries with
         // backoff would outlast it and hide a dead shard behind a generic timeout.
         .retries(2);

@@ -125,10 +125,11 @@ impl RedisLock {
         self.acks > 0 || self.fsync
     }
 
-    /// How long `WAIT`/`WAITAOF` may block: two thirds of the request timeout, so that it
-    /// answers before the reply timeout fires (redis-rs's own default would be 500 ms).
+    /// How long `WAIT`/`WAITAOF` may block: two thirds of the longest a reply may take (the
+    /// request timeout; a quarter of it in a cluster), so that it answers before the reply
+    /// timeout fires (redis-rs's own default would be 500 ms).
     fn ack_wait_ms(&self) -> u64 {
-        (self.timeout.as_millis() * 2 / 3).max(1) as u64
+        (self.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
     }
 
     /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas

@@ -2,7 +2,7 @@
 //! keeps every helper key in the lock's hash slot, wakes waiters with sharded pub/sub, and
 //! follows a failover. Real cluster nodes on loopback (support::topology).
 
-use crate::support::topology::{wait_for_go, Cluster, Job};
+use crate::support::topology::{wait_for_go, Cluster, Job, Node};
 use crate::support::*;
 use std::path::Path;
 use std::process::Command;
@@ -278,6 +278,98 @@ fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
     assert!(!err.contains("redis lock lost"), "{err}");
     assert!(!new.exists(key), "released on the new master");
     assert!(new.exists(&format!("lockrun:fence:{{{key}}}")));
+}
+
+#[test]
+fn cluster_acks_waits_for_the_replicas_of_the_keys_own_shard() {
+    // One replica per shard: `--acks 1` holds through a renewal (each WAIT goes to the master
+    // that ran the script); `--acks 2` asks for more replicas than the shard has; a frozen
+    // replica of the key's shard gets the lock given back. Either way nothing stays locked.
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "acked-job";
+    let mut cmd = via(&cluster.seeds());
+    // TTL 6 s: a renewal every 2 s; in a cluster each reply may take a quarter of the 2 s
+    // request timeout, and each WAIT two thirds of that, 333 ms.
+    cmd.args([
+        "-t",
+        "6s",
+        "--acks",
+        "1",
+        key,
+        "sh",
+        "-c",
+        "sleep 2.5; echo ran",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+    assert!(!cluster.owner_of(key).exists(key), "released");
+
+    let mut cmd = via(&cluster.seeds());
+    cmd.args(["-t", "6s", "--acks", "2", key, "echo", "ran"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("only 1 of 2 replicas acknowledged"), "{err}");
+    assert_eq!(stdout_of(&out), "", "the command never ran");
+    assert!(!cluster.owner_of(key).exists(key), "given back");
+
+    let replica = cluster.replica_of(key);
+    replica.signal(libc::SIGSTOP);
+    let mut cmd = via(&cluster.seeds());
+    cmd.args(["-t", "6s", "--acks", "1", key, "echo", "ran"]);
+    let out = run(cmd);
+    replica.signal(libc::SIGCONT);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("only 0 of 1 replicas acknowledged"), "{err}");
+    assert_eq!(stdout_of(&out), "", "the command never ran");
+    assert!(!cluster.owner_of(key).exists(key), "given back");
+}
+
+#[test]
+fn cluster_a_frozen_node_elsewhere_does_not_stop_locks_on_healthy_shards() {
+    // A node that accepts connections and never answers (SIGSTOP here; a hung host or a
+    // black-holed address alike) must not cost more than part of the request timeout: a key
+    // whose shard is healthy still locks, whether the frozen node is another shard's replica or
+    // its master, and is listed among the seeds or learnt from the slot map.
+    let cluster = Cluster::start_with_replicas(3, 1);
+    // A frozen master stays a master: without this, after the harness's node timeout of 1 s its
+    // replica would take over, and the cases below would run on another topology each time.
+    for node in &cluster.nodes {
+        node.cli(&["CONFIG", "SET", "cluster-node-timeout", "60000"]);
+    }
+    let key = "healthy-shard";
+    let owner = cluster.owner_of(key).port;
+    let replica = cluster.replica_of(key).port;
+    let elsewhere: Vec<&Node> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.port != owner && n.port != replica)
+        .collect();
+    let other_master = elsewhere.iter().find(|n| n.is_master()).unwrap();
+    let other_replica = elsewhere.iter().find(|n| !n.is_master()).unwrap();
+    for (frozen, seeds) in [
+        (other_replica, cluster.seeds()),
+        (other_master, cluster.seeds()),
+        (other_master, cluster.owner_of(key).addr()),
+    ] {
+        frozen.signal(libc::SIGSTOP);
+        let mut cmd = via(&seeds);
+        // TTL 6 s: requests of 2 s, enough for a frozen node's share and the lock itself.
+        cmd.args(["-t", "6s", key, "echo", "ran"]);
+        let out = run(cmd);
+        frozen.signal(libc::SIGCONT);
+        let err = stderr_of(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "node {} frozen, seeds {seeds}: {err}",
+            frozen.port
+        );
+        assert_eq!(stdout_of(&out), "ran\n");
+    }
+    assert!(!cluster.owner_of(key).exists(key));
 }
 
 #[test]

@@ -673,22 +673,27 @@ impl Cluster {
 
     /// `CLUSTER FAILOVER` on a replica of the shard that serves `key` (a manual failover: the
     /// master pauses its clients until the replica has caught up, then the replica takes over).
-    /// Waits until the replica serves the slot in every node's view, the old master replicates
-    /// from it, and the cluster is ok again. Returns the new master.
-    pub fn failover_shard_of(&self, key: &str) -> &Node {
-        let slot = self.slot(key);
-        let old = self.owner_of(key);
-        let old_id = old.id();
-        let replica = self
-            .nodes
+    /// A replica of the master that owns `key`'s slot.
+    pub fn replica_of(&self, key: &str) -> &Node {
+        let owner = self.owner_of(key);
+        let owner_id = owner.id();
+        self.nodes
             .iter()
             .find(|n| {
                 let me = n.myself();
                 let fields: Vec<&str> = me.split_whitespace().collect();
                 fields.get(2).is_some_and(|f| f.contains("slave"))
-                    && fields.get(3) == Some(&old_id.as_str())
+                    && fields.get(3) == Some(&owner_id.as_str())
             })
-            .unwrap_or_else(|| panic!("no replica of {} (the shard of {key})", old.port));
+            .unwrap_or_else(|| panic!("no replica of {} (the shard of {key})", owner.port))
+    }
+
+    /// Waits until the replica serves the slot in every node's view, the old master replicates
+    /// from it, and the cluster is ok again. Returns the new master.
+    pub fn failover_shard_of(&self, key: &str) -> &Node {
+        let slot = self.slot(key);
+        let old = self.owner_of(key);
+        let replica = self.replica_of(key);
         assert_eq!(replica.cli(&["CLUSTER", "FAILOVER"]), "OK");
         let new_id = replica.id();
         for n in &self.nodes {
