@@ -305,25 +305,20 @@ fn cluster_acks_waits_for_the_replicas_of_the_keys_own_shard() {
     assert_eq!(stdout_of(&out), "ran\n");
     assert!(!cluster.owner_of(key).exists(key), "released");
 
+    // TTL 12 s: WAIT gets 500 ms, so the one replica's answer is counted even on a loaded
+    // machine and the count is exactly 1.
     let mut cmd = via(&cluster.seeds());
-    cmd.args(["-t", "6s", "--acks", "2", key, "echo", "ran"]);
-    let out = run(cmd);
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "{err}");
-    assert!(err.contains("only 1 of 2 replicas acknowledged"), "{err}");
-    assert_eq!(stdout_of(&out), "", "the command never ran");
+    cmd.args(["-t", "12s", "--acks", "2", key, "echo", "ran"]);
+    assert_unacknowledged(&run(cmd), 1, 2);
     assert!(!cluster.owner_of(key).exists(key), "given back");
 
     let replica = cluster.replica_of(key);
     replica.signal(libc::SIGSTOP);
     let mut cmd = via(&cluster.seeds());
-    cmd.args(["-t", "6s", "--acks", "1", key, "echo", "ran"]);
+    cmd.args(["-t", "12s", "--acks", "1", key, "echo", "ran"]);
     let out = run(cmd);
     replica.signal(libc::SIGCONT);
-    let err = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(69), "{err}");
-    assert!(err.contains("only 0 of 1 replicas acknowledged"), "{err}");
-    assert_eq!(stdout_of(&out), "", "the command never ran");
+    assert_unacknowledged(&out, 0, 1);
     assert!(!cluster.owner_of(key).exists(key), "given back");
 }
 

@@ -486,6 +486,16 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// A run that `--acks` turned down: exit 69 saying how many replicas acknowledged out of how
+/// many, and the command never ran.
+pub fn assert_unacknowledged(out: &Output, got: u32, wanted: u32) {
+    let err = stderr_of(out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    let said = format!("only {got} of {wanted} replicas acknowledged");
+    assert!(err.contains(&said), "{err}");
+    assert_eq!(stdout_of(out), "", "the command never ran");
+}
+
 pub fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
