@@ -351,7 +351,10 @@ impl Connector {
 /// budget twice over, and no key could be locked anywhere in the cluster while one node of any
 /// shard hangs. With a quarter it costs at most half, and the request to the key's own shard
 /// keeps the rest. A reply slower than a quarter is retried (acquire and renew find their own
-/// earlier success and keep it), all of it within our own bound of one request timeout.
+/// earlier success and keep it; a release that did delete reports the key as no longer ours,
+/// and its history gets the entry twice), all of it within our own bound of one request
+/// timeout. Only a shard that takes longer than a quarter of the timeout to answer (750 ms at
+/// the default TTL) ever sees such a retry.
 fn cluster_share(timeout: Duration) -> Duration {
     (timeout / 4).max(Duration::from_millis(10))
 }
