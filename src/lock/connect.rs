@@ -345,18 +345,15 @@ impl Connector {
 }
 
 /// A cluster client's bound on each connection attempt and each reply: a quarter of the
-/// request timeout, not all of it. redis-rs connects to every seed, then to every node of the
-/// slot map, and waits for each attempt to end (a PING each). A node that accepts and never
-/// answers (a hung host, a black-holed address, a stopped process) would use up the whole
-/// budget twice over, and no key could be locked anywhere in the cluster while one node of any
-/// shard hangs. With a quarter it costs at most half, and the request to the key's own shard
-/// keeps the rest. A reply slower than a quarter is retried (acquire and renew find their own
-/// earlier success and keep it; a release that did delete reports the key as no longer ours,
-/// and its history gets the entry twice), all of it within our own bound of one request
-/// timeout. Only a shard that takes longer than a quarter of the timeout to answer (750 ms at
-/// the default TTL) ever sees such a retry.
+/// request timeout (at least 100 ms, for a TLS handshake, but never more than half), not all
+/// of it. redis-rs connects to every seed, then to every node of the slot map, and waits for
+/// each attempt to end (a PING each). A node that accepts and never answers (a hung host, a
+/// black-holed address, a stopped process) would use up the whole budget twice over, and no
+/// key could be locked anywhere in the cluster while one node of any shard hangs. With a
+/// quarter it costs at most half. A script whose reply takes longer than a quarter is sent
+/// again until the whole timeout is used (`RedisLock::send`).
 fn cluster_share(timeout: Duration) -> Duration {
-    (timeout / 4).max(Duration::from_millis(10))
+    (timeout / 4).max(Duration::from_millis(100).min(timeout / 2))
 }
 
 fn cluster_builder(
@@ -390,4 +387,20 @@ fn cluster_client(
                 endpoint.shown
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_share;
+    use std::time::Duration;
+
+    #[test]
+    fn a_cluster_attempt_gets_a_quarter_of_the_timeout_at_least_100ms_at_most_half() {
+        let ms = Duration::from_millis;
+        assert_eq!(cluster_share(ms(3000)), ms(750));
+        assert_eq!(cluster_share(ms(1000)), ms(250));
+        assert_eq!(cluster_share(ms(333)), ms(100));
+        assert_eq!(cluster_share(ms(100)), ms(50));
+        assert_eq!(cluster_share(ms(10)), ms(5));
+    }
 }

@@ -283,16 +283,29 @@ impl RedisLock {
         at: Option<(&str, u16)>,
     ) -> Result<Value, LockError> {
         let mut conn = self.connection().await?;
-        let reply = match (&mut conn, at) {
-            (Conn::Cluster(c), Some((host, port))) => {
-                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.to_string(),
-                    port,
-                });
-                tokio::time::timeout(self.timeout, c.route_command(cmd, routing)).await
+        // A slow reply on a Cluster is asked for again, as in `send` (these are all reads).
+        let started = std::time::Instant::now();
+        let reply = loop {
+            let reply = match (&mut conn, at) {
+                (Conn::Cluster(c), Some((host, port))) => {
+                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_string(),
+                        port,
+                    });
+                    let asked = c.route_command(cmd.clone(), routing);
+                    tokio::time::timeout(self.timeout, asked).await
+                }
+                (conn, _) => {
+                    tokio::time::timeout(self.timeout, cmd.query_async::<Value>(conn)).await
+                }
+            };
+            match reply {
+                Ok(Err(e)) if self.ask_again(&e, started) => {
+                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
+                }
+                other => break other,
             }
-            (conn, _) => tokio::time::timeout(self.timeout, cmd.query_async::<Value>(conn)).await,
         };
         match reply {
             Ok(Ok(v)) => Ok(v),
@@ -432,6 +445,42 @@ impl RedisLock {
     /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
     /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
     async fn send(
+        &self,
+        conn: &mut Conn,
+        eval: &str,
+        body: &str,
+        keys: &[&str],
+        args: &[&str],
+        ack: bool,
+    ) -> redis::RedisResult<(Value, Acked)> {
+        // On a Cluster each attempt has only a quarter of the request timeout (see
+        // `connect::cluster_share`); a reply slower than that is asked for again, on the same
+        // connection, for as long as the request timeout lasts. Safe to repeat: every script
+        // here is idempotent for its caller (see `eval_acked`; a repeated release that did
+        // delete answers "not ours"). redis-rs's own retry of a timed-out request never sent
+        // it again (redis 1.8.1: seen with CLIENT PAUSE), so the loop is ours.
+        let started = std::time::Instant::now();
+        loop {
+            match self.send_once(conn, eval, body, keys, args, ack).await {
+                Err(e) if self.ask_again(&e, started) => {
+                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether a request that failed with `e`, first sent at `started`, is sent again: on a
+    /// Cluster, when its reply took longer than the quarter of the request timeout an attempt
+    /// has, and another whole attempt still fits in the request timeout.
+    fn ask_again(&self, e: &redis::RedisError, started: std::time::Instant) -> bool {
+        self.connector.is_cluster()
+            && e.is_timeout()
+            && started.elapsed() + self.connector.reply_timeout() <= self.timeout
+    }
+
+    /// [`Self::send`], one attempt.
+    async fn send_once(
         &self,
         conn: &mut Conn,
         eval: &str,

@@ -281,6 +281,24 @@ fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
 }
 
 #[test]
+fn cluster_a_shard_that_stalls_for_less_than_the_request_timeout_still_locks() {
+    // The key's own master holds every write for 1 s (`CLIENT PAUSE ... WRITE`, what a manual
+    // failover does while the replica catches up; `PING` still answers, so connecting is
+    // unaffected). Within the 2 s request timeout of TTL 6 s lockrun must wait it out: each
+    // attempt is given a quarter of the timeout, the request all of it.
+    let cluster = Cluster::start(3);
+    let key = "stalled-shard";
+    let owner = cluster.owner_of(key);
+    assert_eq!(owner.cli(&["CLIENT", "PAUSE", "1000", "WRITE"]), "OK");
+    let mut cmd = via(&cluster.seeds());
+    cmd.args(["-t", "6s", key, "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "ran\n");
+    assert!(!owner.exists(key), "released");
+}
+
+#[test]
 fn cluster_acks_waits_for_the_replicas_of_the_keys_own_shard() {
     // One replica per shard: `--acks 1` holds through a renewal (each WAIT goes to the master
     // that ran the script); `--acks 2` asks for more replicas than the shard has; a frozen
@@ -288,25 +306,25 @@ fn cluster_acks_waits_for_the_replicas_of_the_keys_own_shard() {
     let cluster = Cluster::start_with_replicas(3, 1);
     let key = "acked-job";
     let mut cmd = via(&cluster.seeds());
-    // TTL 6 s: a renewal every 2 s; in a cluster each reply may take a quarter of the 2 s
-    // request timeout, and each WAIT two thirds of that, 333 ms.
+    // TTL 12 s: a renewal every 4 s; in a cluster each reply may take a quarter of the 3 s
+    // request timeout, and each WAIT two thirds of that, 500 ms: time enough for the one
+    // replica's answer on a loaded machine.
     cmd.args([
         "-t",
-        "6s",
+        "12s",
         "--acks",
         "1",
         key,
         "sh",
         "-c",
-        "sleep 2.5; echo ran",
+        "sleep 4.5; echo ran",
     ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "ran\n");
     assert!(!cluster.owner_of(key).exists(key), "released");
 
-    // TTL 12 s: WAIT gets 500 ms, so the one replica's answer is counted even on a loaded
-    // machine and the count is exactly 1.
+    // The same 500 ms: the one replica's answer is counted, and the count is exactly 1.
     let mut cmd = via(&cluster.seeds());
     cmd.args(["-t", "12s", "--acks", "2", key, "echo", "ran"]);
     assert_unacknowledged(&run(cmd), 1, 2);

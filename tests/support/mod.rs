@@ -600,12 +600,16 @@ pub fn wait_for_file_of(child: &mut Child, path: &Path) {
     };
     // Bounded: whatever still holds the pipe open (a job that outlived lockrun) must not turn
     // a failure into a hang.
-    let mut pipe = child.stderr.take();
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || tx.send(read_all(pipe.as_mut())));
-    let stderr = match rx.recv_timeout(Duration::from_secs(5)) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(_) => "(still open after 5 s; not read)".to_string(),
+    let stderr = match child.stderr.take() {
+        None => "(not piped, or already taken by the test's own reader)".to_string(),
+        Some(mut pipe) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            thread::spawn(move || tx.send(read_all(Some(&mut pipe))));
+            match rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(_) => "(still open after 5 s; not read)".to_string(),
+            }
+        }
     };
     panic!(
         "{} never appeared: {why}; its stderr:\n{stderr}",

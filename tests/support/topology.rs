@@ -671,8 +671,6 @@ impl Cluster {
         keys
     }
 
-    /// `CLUSTER FAILOVER` on a replica of the shard that serves `key` (a manual failover: the
-    /// master pauses its clients until the replica has caught up, then the replica takes over).
     /// A replica of the master that owns `key`'s slot.
     pub fn replica_of(&self, key: &str) -> &Node {
         let owner = self.owner_of(key);
@@ -688,6 +686,8 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no replica of {} (the shard of {key})", owner.port))
     }
 
+    /// `CLUSTER FAILOVER` on a replica of the shard that serves `key` (a manual failover: the
+    /// master pauses its clients until the replica has caught up, then the replica takes over).
     /// Waits until the replica serves the slot in every node's view, the old master replicates
     /// from it, and the cluster is ok again. Returns the new master.
     pub fn failover_shard_of(&self, key: &str) -> &Node {
