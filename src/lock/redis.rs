@@ -459,9 +459,11 @@ impl RedisLock {
         // here is idempotent for its caller (see `eval_acked`; a repeated release that did
         // delete answers "not ours"). redis-rs's own retry of a timed-out request never sent
         // it again (redis 1.8.1: seen with CLIENT PAUSE), so the loop is ours.
+        let mut cmd = redis::cmd(eval);
+        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
         let started = std::time::Instant::now();
         loop {
-            match self.send_once(conn, eval, body, keys, args, ack).await {
+            match self.send_once(conn, &cmd, ack).await {
                 Err(e) if self.ask_again(&e, started) => {
                     tracing::debug!(error = %e, "slow reply from the shard; asking again");
                 }
@@ -479,23 +481,18 @@ impl RedisLock {
             && started.elapsed() + self.connector.reply_timeout() <= self.timeout
     }
 
-    /// [`Self::send`], one attempt.
+    /// [`Self::send`], one attempt of `cmd` (the `EVAL`/`EVALSHA`).
     async fn send_once(
         &self,
         conn: &mut Conn,
-        eval: &str,
-        body: &str,
-        keys: &[&str],
-        args: &[&str],
+        cmd: &redis::Cmd,
         ack: bool,
     ) -> redis::RedisResult<(Value, Acked)> {
-        let mut cmd = redis::cmd(eval);
-        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
         if !(ack && self.acking()) {
             return cmd.query_async::<Value>(conn).await.map(|v| (v, Ok(())));
         }
         let mut pipe = redis::pipe();
-        pipe.add_command(cmd)
+        pipe.add_command(cmd.clone())
             .add_command(self.ack_cmd())
             .ignore_errors();
         let mut replies = pipe.query_async::<Vec<Value>>(conn).await?;
