@@ -142,19 +142,25 @@ fn faults_lockrun_sigkilled() {
             })
         });
         let mut rng = ch.rng();
+        thread::sleep(ms(rng.range(100, 400)));
         while Instant::now() < until {
-            thread::sleep(ms(rng.range(100, 400)));
             let victims = if rng.chance(0.75) {
                 ch.holders()
             } else {
                 ch.live()
             };
-            if let Some(&pid) = rng.pick(&victims) {
-                if ch.signal(pid, libc::SIGKILL) {
-                    ch.fault(&format!("SIGKILL lockrun {pid}"));
-                    killed.push((pid, Instant::now()));
-                }
+            // No victim at this moment (nobody holding, on a slow machine for a while): look
+            // again soon instead of skipping a whole interval. A CI run that skipped most of
+            // them killed twice in 4 s, too few to mean anything.
+            let Some(&pid) = rng.pick(&victims) else {
+                thread::sleep(ms(10));
+                continue;
+            };
+            if ch.signal(pid, libc::SIGKILL) {
+                ch.fault(&format!("SIGKILL lockrun {pid}"));
+                killed.push((pid, Instant::now()));
             }
+            thread::sleep(ms(rng.range(100, 400)));
         }
     });
     // The parent-death signal, not the end of its hold, must have stopped each killed
