@@ -458,13 +458,18 @@ impl RedisLock {
         // connection, for as long as the request timeout lasts. Safe to repeat: every script
         // here is idempotent for its caller (see `eval_acked`; a repeated release that did
         // delete answers "not ours"). redis-rs's own retry of a timed-out request never sent
-        // it again (redis 1.8.1: seen with CLIENT PAUSE), so the loop is ours.
+        // it again (redis 1.8.1: seen with CLIENT PAUSE), so the loop is ours. Not when a WAIT
+        // rides behind the script: the script has most likely run, and only the WAIT was slow
+        // (a promoted replica without replicas of its own waits it out every time); asked
+        // again, a release would find its own deletion and report the key as not ours. That
+        // request fails as unavailable, and its caller's own retry says what it knows.
         let mut cmd = redis::cmd(eval);
         cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+        let waits = ack && self.acking();
         let started = std::time::Instant::now();
         loop {
             match self.send_once(conn, &cmd, ack).await {
-                Err(e) if self.ask_again(&e, started) => {
+                Err(e) if !waits && self.ask_again(&e, started) => {
                     tracing::debug!(error = %e, "slow reply from the shard; asking again");
                 }
                 other => return other,

@@ -299,6 +299,44 @@ fn cluster_a_shard_that_stalls_for_less_than_the_request_timeout_still_locks() {
 }
 
 #[test]
+fn cluster_automatic_failover_after_the_lock_masters_death_keeps_the_lock() {
+    // The key's master is SIGKILLed while the job runs; the cluster itself promotes its replica
+    // (node timeout 1 s here). With --acks 1 the replica had the key and every renewal, so the
+    // job runs on without an overlap: renewals move to the promoted replica and find the key.
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "auto-failover-job";
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let mut cmd = via(&cluster.seeds());
+    // TTL 12 s: a renewal every 4 s, and a lease that outlasts the failover (about 2–3 s).
+    cmd.args(["-t", "12s", "--acks", "1", key, "sh", "-c"])
+        .arg(format!(
+            "touch '{}'; {}; exit 7",
+            ready.display(),
+            wait_for_go(&go)
+        ));
+    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    job.until("the job started", || ready.exists());
+    let old = cluster.owner_of(key);
+    let value = old.cli(&["GET", key]);
+    let replica = cluster.replica_of(key);
+
+    old.signal(libc::SIGKILL);
+    replica.wait_until("promoted by the cluster", Node::is_master);
+    job.until("a renewal on the promoted replica", || {
+        replica.script_calls() > 0
+    });
+    assert_eq!(replica.cli(&["GET", key]), value, "{}", job.stderr());
+
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.finish();
+    assert_eq!(code, Some(7), "the job's own exit code: {err}");
+    assert!(err.contains("redis lock released"), "{err}");
+    assert!(!err.contains("redis lock lost"), "{err}");
+    assert!(!replica.exists(key), "released on the promoted replica");
+}
+
+#[test]
 fn cluster_acks_waits_for_the_replicas_of_the_keys_own_shard() {
     // One replica per shard: `--acks 1` holds through a renewal (each WAIT goes to the master
     // that ran the script); `--acks 2` asks for more replicas than the shard has; a frozen
