@@ -247,15 +247,19 @@ fn cluster_refuses_a_key_whose_helpers_cannot_share_its_slot() {
     assert_eq!(stdout_of(&out), "ran\n");
 }
 
-#[test]
-fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
-    let cluster = Cluster::start_with_replicas(3, 1);
-    let key = "failover-job";
+/// A job holding `key` (with `flags`) through `failover`, which returns the shard's new
+/// master: a renewal reaches it and finds the key, the job ends with its own exit code, and the
+/// key is released there, never reported lost.
+fn holds_through_failover<'c>(
+    cluster: &'c Cluster,
+    key: &str,
+    flags: &[&str],
+    failover: impl FnOnce() -> &'c Node,
+) -> &'c Node {
     let dir = tempfile::tempdir().unwrap();
     let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
     let mut cmd = via(&cluster.seeds());
-    // Renewals every second: several fall after the failover.
-    cmd.args(["-t", "3s", key, "sh", "-c"]).arg(format!(
+    cmd.args(flags).args([key, "sh", "-c"]).arg(format!(
         "touch '{}'; {}; exit 7",
         ready.display(),
         wait_for_go(&go)
@@ -266,7 +270,7 @@ fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
     let value = old.cli(&["GET", key]);
     assert!(value.contains("host="), "{value:?}");
 
-    let new = cluster.failover_shard_of(key);
+    let new = failover();
     assert_ne!(new.port, old.port);
     job.until("a renewal on the new master", || new.script_calls() > 0);
     assert_eq!(new.cli(&["GET", key]), value, "{}", job.stderr());
@@ -277,7 +281,34 @@ fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
     assert!(err.contains("redis lock released"), "{err}");
     assert!(!err.contains("redis lock lost"), "{err}");
     assert!(!new.exists(key), "released on the new master");
+    new
+}
+
+#[test]
+fn cluster_manual_failover_of_the_lock_shard_keeps_the_lock() {
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "failover-job";
+    // Renewals every second: several fall after the failover.
+    let new = holds_through_failover(&cluster, key, &["-t", "3s"], || {
+        cluster.failover_shard_of(key)
+    });
     assert!(new.exists(&format!("lockrun:fence:{{{key}}}")));
+}
+
+#[test]
+fn cluster_automatic_failover_after_the_lock_masters_death_keeps_the_lock() {
+    // The key's master is SIGKILLed while the job runs; the cluster itself promotes its replica
+    // (node timeout 1 s here). With --acks 1 the replica had the key and every renewal, so the
+    // job runs on without an overlap: renewals move to the promoted replica and find the key.
+    // TTL 12 s: a renewal every 4 s, and a lease that outlasts the failover (about 2–3 s).
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "auto-failover-job";
+    holds_through_failover(&cluster, key, &["-t", "12s", "--acks", "1"], || {
+        let replica = cluster.replica_of(key);
+        cluster.owner_of(key).signal(libc::SIGKILL);
+        replica.wait_until("promoted by the cluster", Node::is_master);
+        replica
+    });
 }
 
 #[test]
@@ -296,44 +327,6 @@ fn cluster_a_shard_that_stalls_for_less_than_the_request_timeout_still_locks() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "ran\n");
     assert!(!owner.exists(key), "released");
-}
-
-#[test]
-fn cluster_automatic_failover_after_the_lock_masters_death_keeps_the_lock() {
-    // The key's master is SIGKILLed while the job runs; the cluster itself promotes its replica
-    // (node timeout 1 s here). With --acks 1 the replica had the key and every renewal, so the
-    // job runs on without an overlap: renewals move to the promoted replica and find the key.
-    let cluster = Cluster::start_with_replicas(3, 1);
-    let key = "auto-failover-job";
-    let dir = tempfile::tempdir().unwrap();
-    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
-    let mut cmd = via(&cluster.seeds());
-    // TTL 12 s: a renewal every 4 s, and a lease that outlasts the failover (about 2–3 s).
-    cmd.args(["-t", "12s", "--acks", "1", key, "sh", "-c"])
-        .arg(format!(
-            "touch '{}'; {}; exit 7",
-            ready.display(),
-            wait_for_go(&go)
-        ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
-    job.until("the job started", || ready.exists());
-    let old = cluster.owner_of(key);
-    let value = old.cli(&["GET", key]);
-    let replica = cluster.replica_of(key);
-
-    old.signal(libc::SIGKILL);
-    replica.wait_until("promoted by the cluster", Node::is_master);
-    job.until("a renewal on the promoted replica", || {
-        replica.script_calls() > 0
-    });
-    assert_eq!(replica.cli(&["GET", key]), value, "{}", job.stderr());
-
-    std::fs::write(&go, "").unwrap();
-    let (code, _, err) = job.finish();
-    assert_eq!(code, Some(7), "the job's own exit code: {err}");
-    assert!(err.contains("redis lock released"), "{err}");
-    assert!(!err.contains("redis lock lost"), "{err}");
-    assert!(!replica.exists(key), "released on the promoted replica");
 }
 
 #[test]
