@@ -76,6 +76,15 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
         ttl: args.ttl,
         limit: args.limit,
         history: args.history,
+        every: args.every,
+    };
+    record.every = args.every;
+    let hold = match args.hold() {
+        Ok(hold) => hold,
+        Err(msg) => {
+            error!("{msg}");
+            return ExitCode::Usage;
+        }
     };
     let mut lock = match backend(&args) {
         Ok(lock) => lock,
@@ -133,7 +142,11 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
         record.wait = record.elapsed();
         let lease = match attempt {
             Ok(lease) => lease,
-            Err(Failed::Conflict) => return ExitCode::Conflict(args.conflict_exit_code),
+            Err(Failed::Conflict(holder_started)) => {
+                // With the same crontab everywhere, the holder's start is this tick's run.
+                record.job_started = holder_started;
+                return ExitCode::Conflict(args.conflict_exit_code);
+            }
             Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
             Err(Failed::Code(code)) => return code,
         };
@@ -160,8 +173,13 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
             return code;
         }
         let deadline = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), args.kill_after);
+        // The hold (--every, --min-hold) keeps the tick from the other hosts only for a job
+        // that started: a command that could not be started gives the tick back at once, so a
+        // broken host cannot take it from a healthy one.
+        let mut keep = Duration::ZERO;
         let code = match Job::spawn(&args.command, &env, &opts, Some(deadline.term_at())) {
             Ok(job) => {
+                record.job_started = Some(std::time::SystemTime::now());
                 let stats = watchdog::Stats::default();
                 // The watchdog resolves only when the lock is lost; with --on-lost continue
                 // that is the only trace of it (the exit code is then the job's own).
@@ -176,6 +194,7 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
                     terminate: args.on_lost == OnLost::Terminate,
                 };
                 let code = supervisor::supervise(job, signals, Some(guard)).await;
+                keep = hold.saturating_sub(lease.confirmed_at.elapsed());
                 record.renewals = stats.renewals.get();
                 record.renewal_failures = stats.failures.get();
                 record.lost = lost.get() || code == ExitCode::LockLost;
@@ -198,7 +217,6 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
                 e.exit_code()
             }
         };
-        let keep = args.min_hold.saturating_sub(lease.confirmed_at.elapsed());
         // The run's history entry says what its metrics say (see `metrics::outcome_of`).
         let lost = record.lost || code == ExitCode::LockLost;
         let outcome = crate::metrics::outcome_of(code, lost, signals.interrupted().is_some());
@@ -240,7 +258,8 @@ fn reentrant_token(key: &str) -> Option<String> {
 }
 
 enum Failed {
-    Conflict,
+    /// Held elsewhere; when the holder was started, if its value says (`started=`).
+    Conflict(Option<std::time::SystemTime>),
     Aborted(i32),
     Code(ExitCode),
 }
@@ -302,6 +321,7 @@ async fn acquire<L: LockService>(
             }) => {
                 // Host, pid and start time only: the value's first word names the holder
                 // for lockrun's own checks and has no business in a log.
+                let holder_started = other.as_deref().and_then(crate::lock::holder_started);
                 let other = other.as_deref().map_or("?", describe_holder);
                 if remaining == Some(Duration::ZERO) {
                     if waiting {
@@ -312,7 +332,7 @@ async fn acquire<L: LockService>(
                     let left = pttl.map(|d| Human(d).to_string());
                     info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
                           "redis lock already acquired");
-                    return Err(Failed::Conflict);
+                    return Err(Failed::Conflict(holder_started));
                 }
                 if !announced {
                     announced = true;

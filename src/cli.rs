@@ -22,6 +22,11 @@ const DEFAULT_KILL_AFTER: &str = "10s";
 pub const MAX_HISTORY: u32 = 10_000;
 /// Longest lease: a crashed holder blocks everyone else for up to one TTL.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Shortest and longest `--every` (their message says them as typed: 2s, 366d): below 2 s no
+/// hold is left once the margin is taken; a year is the longest schedule worth a lock (a
+/// monthly job is `--every 30d`).
+const MIN_EVERY: Duration = Duration::from_secs(2);
+const MAX_EVERY: Duration = Duration::from_secs(366 * 86_400);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnLost {
@@ -77,11 +82,21 @@ pub struct Args {
           hide_env_values = true)]
     pub on_lost: OnLost,
 
+    /// The job's schedule period: how often cron (a timer, a CronJob) starts it on every host,
+    /// 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s
+    /// less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick
+    /// finds it free; given back at once if the command could not be started (126/127).
+    /// Recorded in the history and the metrics file. Not with --wait
+    #[arg(long, env = "LOCKRUN_EVERY", value_name = "DURATION", value_parser = parse_every,
+          allow_hyphen_values = true, hide_env_values = true)]
+    pub every: Option<Duration>,
+
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
-    /// (at most 30d)
-    #[arg(long, env = "LOCKRUN_MIN_HOLD", default_value = "0", value_name = "DURATION",
+    /// (at most 30d); the low-level knob behind --every, which it overrides (it must then be
+    /// shorter than the period)
+    #[arg(long, env = "LOCKRUN_MIN_HOLD", value_name = "DURATION",
           value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
-    pub min_hold: Duration,
+    pub min_hold: Option<Duration>,
 
     /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
     /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
@@ -261,6 +276,34 @@ impl Connection {
 }
 
 impl Args {
+    /// How long the key stays after the acquire when the job ends sooner: `--min-hold`, else
+    /// what `--every` implies ([`hold_for`]), else nothing. Refused: `--every` with a wait (a
+    /// waiter would run the tick again once the hold ends) and a `--min-hold` that reaches the
+    /// next tick (every host would find the previous tick's hold and the tick would be lost).
+    pub fn hold(&self) -> Result<Duration, String> {
+        let Some(every) = self.every else {
+            return Ok(self.min_hold.unwrap_or_default());
+        };
+        if !self.wait.is_zero() {
+            return Err(
+                "--every cannot be used with --wait: a host that waited would run the \
+                        tick again once the previous holder's hold ends (a tick is run once, \
+                        the other hosts skip it)"
+                    .into(),
+            );
+        }
+        match self.min_hold {
+            Some(hold) if hold >= every => Err(format!(
+                "--min-hold {} must be shorter than --every {}: a hold that reaches the next \
+                 tick makes every host skip it",
+                duration::Human(hold),
+                duration::Human(every)
+            )),
+            Some(hold) => Ok(hold),
+            None => Ok(hold_for(every)),
+        }
+    }
+
     /// [`Connection::urls`], and semaphores need one server.
     pub fn redis_urls(&self) -> Result<Vec<String>, String> {
         let urls = self.conn.urls()?;
@@ -311,6 +354,26 @@ fn parse_ttl(s: &str) -> Result<Duration, String> {
         ));
     }
     Ok(ttl)
+}
+
+fn parse_every(s: &str) -> Result<Duration, String> {
+    let d = duration::parse(s)?;
+    if d < MIN_EVERY || d > MAX_EVERY {
+        return Err("--every must be between 2s and 366d".into());
+    }
+    Ok(d)
+}
+
+/// How long the key stays after the acquire when the job is quicker: for `--every P`, P less a
+/// tenth of it (at least 1 s). Why that margin: the hold must cover the spread of the hosts'
+/// firings of one tick (clock offsets, cron's sub-second start fraction), or a late host runs
+/// the tick again; and it must end before the holder's own next firing, or every host finds
+/// the previous tick's hold and the tick is lost. Firings are delayed far more often than they
+/// come early (a loaded host, a paused VM), so most of the period goes to the first; the tenth
+/// left covers cron's sub-second drift, a daily job's 23-hour day at a DST change and a monthly
+/// job's short February (`--every 30d`).
+pub fn hold_for(every: Duration) -> Duration {
+    every.saturating_sub((every / 10).max(Duration::from_secs(1)))
 }
 
 fn parse_min_hold(s: &str) -> Result<Duration, String> {
@@ -668,6 +731,40 @@ mod tests {
         ];
         assert!(urls(&limited).unwrap_err().contains("--limit"));
         assert!(urls(&["-r", "redis://a", "-l", "2", "k", "true"]).is_ok());
+    }
+
+    #[test]
+    fn every_gives_the_hold_and_refuses_what_would_lose_or_repeat_a_tick() {
+        let secs = Duration::from_secs;
+        assert_eq!(hold_for(secs(60)), secs(54));
+        assert_eq!(hold_for(secs(86_400)), secs(77_760));
+        // At least a second of margin for short periods.
+        assert_eq!(hold_for(secs(2)), secs(1));
+        assert_eq!(hold_for(secs(5)), secs(4));
+        let hold = |args: &[&str]| parse(args).unwrap().hold();
+        assert_eq!(hold(&["k", "true"]), Ok(Duration::ZERO));
+        assert_eq!(hold(&["--min-hold", "5s", "k", "true"]), Ok(secs(5)));
+        assert_eq!(hold(&["--every", "1m", "k", "true"]), Ok(secs(54)));
+        assert_eq!(
+            hold(&["--every", "1m", "-w", "0", "k", "true"]),
+            Ok(secs(54))
+        );
+        // --min-hold is the knob under --every: it wins, below the period.
+        let both = ["--every", "1m", "--min-hold", "50s", "k", "true"];
+        assert_eq!(hold(&both), Ok(secs(50)));
+        let reaching = ["--every", "1m", "--min-hold", "60s", "k", "true"];
+        assert!(hold(&reaching)
+            .unwrap_err()
+            .contains("shorter than --every"));
+        let waiting = ["--every", "1m", "--wait", "10s", "k", "true"];
+        assert!(hold(&waiting).unwrap_err().contains("--wait"));
+        for bad in ["1s", "0", "367d", "soon"] {
+            assert_eq!(
+                parse(&["--every", bad, "k", "true"]).err(),
+                Some(ExitCode::Usage),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -335,9 +335,32 @@ pub fn format_utc(secs: u64) -> String {
     )
 }
 
+/// `2024-01-02T03:04:05Z` (or with fractional seconds) → Unix seconds.
+pub fn parse_utc(s: &str) -> Option<u64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<i64>().ok()?,
+        t.next()?.parse::<i64>().ok()?,
+    );
+    let sec = t.next()?.split('.').next()?.parse::<i64>().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + min * 60 + sec).ok()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{escape_controls, format_utc, Queue, QUEUE_LINES};
+    use super::{escape_controls, format_utc, parse_utc, Queue, QUEUE_LINES};
 
     #[test]
     fn log_filters_are_levels_or_target_directives() {
@@ -385,5 +408,18 @@ mod tests {
         assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(format_utc(1_795_303_845), "2026-11-21T23:30:45Z");
+    }
+
+    #[test]
+    fn utc_times_round_trip() {
+        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_utc("2024-01-02T03:04:05Z"), Some(1_704_164_645));
+        assert_eq!(parse_utc("2024-01-02T03:04:05.250Z"), Some(1_704_164_645));
+        assert_eq!(
+            crate::logging::format_utc(1_704_164_645),
+            "2024-01-02T03:04:05Z"
+        );
+        assert_eq!(parse_utc("2000-02-29T00:00:00Z"), Some(951_782_400));
+        assert_eq!(parse_utc("yesterday"), None);
     }
 }

@@ -72,6 +72,15 @@ pub struct RunRecord {
     pub fence: u64,
     /// The lock was lost while the job ran; an input to [`outcome_of`].
     pub lost: bool,
+    /// The job's schedule period (`--every`).
+    pub every: Option<Duration>,
+    /// When the job last started under this lock, as this run saw it: its own start of the
+    /// command, or the holder's `started=` when it found the lock held. Kept from the previous
+    /// file when this run saw neither (see [`write`]).
+    pub job_started: Option<SystemTime>,
+    /// When a run of the job on this host last ended with exit code 0: this one's end if it
+    /// did, else kept from the previous file.
+    pub job_succeeded: Option<SystemTime>,
     pub start: SystemTime,
     pub end: SystemTime,
     /// `start` on the monotonic clock, for the durations (a wall clock can jump).
@@ -92,6 +101,9 @@ impl RunRecord {
             renewal_failures: 0,
             fence: 0,
             lost: false,
+            every: None,
+            job_started: None,
+            job_succeeded: None,
             start: now,
             end: now,
             started: Instant::now(),
@@ -113,25 +125,142 @@ impl RunRecord {
         self.exit_code = code.code();
         self.outcome = outcome_of(code, self.lost, interrupted);
         self.end = SystemTime::now();
+        if self.outcome == Outcome::Ran && self.exit_code == 0 {
+            self.job_succeeded = Some(self.end);
+        }
     }
 }
 
 /// Writes `record` to `path` atomically; a failure is one warning line and nothing else: the
 /// job's exit code is what cron and the caller act on, the file is only for monitoring (a
 /// file that stops being updated is what an alert on its end timestamp catches).
+///
+/// Only a regular file is ever replaced (or a path where nothing is): whatever else is there
+/// (a device, a FIFO, a directory; `/dev/null` given to silence the file) is the user's, and
+/// renaming over it would destroy it. A symbolic link is followed to the regular file it
+/// names, which is replaced in its own directory, so the link stays.
+///
+/// The fleet-wide times (`job_started`, `job_succeeded`) are carried over from the file being
+/// replaced when this run has none of its own: each host's file is replaced by every run,
+/// and most runs skip, yet an alert must still know when the job last started and last
+/// succeeded.
 pub fn write(path: &Path, record: &RunRecord) {
-    if let Err(e) = write_atomically(path, render(record).as_bytes()) {
+    let target = match replaceable(path) {
+        Ok(target) => target,
+        Err(why) => {
+            tracing::warn!(
+                "cannot write metrics file {}: {why}; left as it is",
+                path.display()
+            );
+            return;
+        }
+    };
+    let mut record = record.clone();
+    let previous = previous_times(&target, &record.key);
+    record.job_started = later(record.job_started, previous.0);
+    record.job_succeeded = later(record.job_succeeded, previous.1);
+    if let Err(e) = write_atomically(&target, render(&record).as_bytes()) {
         tracing::warn!("cannot write metrics file {}: {e}", path.display());
     }
 }
 
+/// The path to replace: `path` itself if nothing or a regular file is there, the file a
+/// symbolic link resolves to if that is a regular file; anything else is refused with why.
+fn replaceable(path: &Path) -> Result<PathBuf, String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        // Nothing there (or a directory we cannot look into): the write says what is wrong.
+        Err(_) => return Ok(path.to_path_buf()),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if kind.is_symlink() {
+        return match std::fs::canonicalize(path) {
+            Ok(real) if real.is_file() => Ok(real),
+            Ok(real) => Err(format!(
+                "it links to {}, not a regular file",
+                real.display()
+            )),
+            Err(e) => Err(format!("it is a link that does not resolve ({e})")),
+        };
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(format!("it is {what}, not a regular file"))
+}
+
+/// The later of two optional times.
+fn later(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The carried-over times in the file at `path` for `key` (`job_started`, `job_succeeded`),
+/// if it is lockrun's file of the same key. At most 64 KiB are read (lockrun's file is ~2 KiB),
+/// and the open does not block (`O_NONBLOCK`) should something else be swapped in.
+fn previous_times(path: &Path, key: &str) -> (Option<SystemTime>, Option<SystemTime>) {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    let read = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|f| {
+            if !f.metadata()?.is_file() {
+                return Ok(0);
+            }
+            f.take(64 * 1024).read_to_string(&mut text)
+        });
+    if read.is_err() {
+        return (None, None);
+    }
+    let labels = format!("{{key=\"{}\"}} ", escape_label_value(key));
+    let value = |name: &str| {
+        let prefix = format!("{name}{labels}");
+        let line = text.lines().find(|l| l.starts_with(&prefix))?;
+        let secs: f64 = line[prefix.len()..].trim().parse().ok()?;
+        (secs.is_finite() && secs > 0.0).then(|| UNIX_EPOCH + Duration::from_secs_f64(secs))
+    };
+    (value(JOB_STARTED), value(JOB_SUCCEEDED))
+}
+
 /// A temporary file beside `path` (same directory, hence same file system, so `rename` is
 /// atomic), then renamed over it. Not fsynced: after a crash the collector may miss one run,
-/// which costs less than a disk flush on every cron tick.
+/// which costs less than a disk flush on every cron tick. Readable by everyone (0644) whatever
+/// the umask: node_exporter runs as its own user, and the file holds nothing secret.
 fn write_atomically(path: &Path, text: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let tmp = temporary_path(path)?;
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(text).and_then(|()| f.flush()))
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        // Never through a link someone left at the temporary name.
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(&tmp)
+        .and_then(|mut f| {
+            // fchmod: the mode given to open() is cut by the umask (077 leaves 0600).
+            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            f.write_all(text).and_then(|()| f.flush())
+        })
         .and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         // Nothing half-written may stay behind (the collector ignores dot files, but a full
@@ -154,6 +283,34 @@ fn temporary_path(path: &Path) -> std::io::Result<PathBuf> {
 
 /// A metric family with one line: name, help text, and its value for a record.
 type Gauge = (&'static str, &'static str, fn(&RunRecord) -> String);
+
+/// The carried-over families: names shared by [`render`] and [`previous_times`].
+const JOB_STARTED: &str = "lockrun_job_last_start_timestamp_seconds";
+const JOB_SUCCEEDED: &str = "lockrun_job_last_success_timestamp_seconds";
+
+/// Families written only when their value is known: name, help text, value.
+type Optional = (&'static str, &'static str, fn(&RunRecord) -> Option<String>);
+
+/// After [`GAUGES`], in this order. With these an alert can judge any schedule: how often the
+/// job should start, and when it last started and last succeeded anywhere (the newest value
+/// across hosts; see packaging/prometheus/lockrun.rules.yml).
+const SCHEDULE: [Optional; 3] = [
+    (
+        "lockrun_schedule_period_seconds",
+        "The job's schedule period (--every): how often it is started on every host.",
+        |r| r.every.map(seconds),
+    ),
+    (
+        JOB_STARTED,
+        "Unix time the job last started under this lock, as this host knows it: its own start, or the holder's when it found the lock held.",
+        |r| r.job_started.map(timestamp),
+    ),
+    (
+        JOB_SUCCEEDED,
+        "Unix time a run of the job on this host last ended with exit code 0.",
+        |r| r.job_succeeded.map(timestamp),
+    ),
+];
 
 /// The families after `lockrun_last_run_outcome` (which has a line per outcome), in the order
 /// written.
@@ -218,10 +375,17 @@ pub fn render(record: &RunRecord) -> String {
             o.as_str()
         );
     }
-    for (name, help, value) in GAUGES {
+    let known = SCHEDULE
+        .iter()
+        .filter_map(|(name, help, value)| Some((*name, *help, value(record)?)));
+    let all = GAUGES
+        .iter()
+        .map(|(name, help, value)| (*name, *help, value(record)))
+        .chain(known);
+    for (name, help, value) in all {
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} gauge");
-        let _ = writeln!(out, "{name}{{key=\"{key}\"}} {}", value(record));
+        let _ = writeln!(out, "{name}{{key=\"{key}\"}} {value}");
     }
     out
 }
@@ -266,6 +430,9 @@ mod tests {
             renewal_failures: 1,
             fence: 42,
             lost: false,
+            every: None,
+            job_started: None,
+            job_succeeded: None,
             start,
             end: start + Duration::from_millis(3750),
             started: Instant::now(),
@@ -401,6 +568,108 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
         r.finish(ExitCode::Command(5), false);
         assert_eq!((r.outcome, r.exit_code), (Outcome::Lost, 5));
         assert!(r.end >= r.start);
+    }
+
+    #[test]
+    fn the_schedule_families_follow_when_known() {
+        let mut r = record("k");
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        r.every = Some(Duration::from_secs(60));
+        r.job_started = Some(at(1_700_000_100));
+        let text = render(&r);
+        assert!(text.ends_with(
+            "# HELP lockrun_schedule_period_seconds The job's schedule period (--every): how often it is started on every host.
+# TYPE lockrun_schedule_period_seconds gauge
+lockrun_schedule_period_seconds{key=\"k\"} 60
+# HELP lockrun_job_last_start_timestamp_seconds Unix time the job last started under this lock, as this host knows it: its own start, or the holder's when it found the lock held.
+# TYPE lockrun_job_last_start_timestamp_seconds gauge
+lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
+"
+        ));
+        assert!(!text.contains("success"), "unknown: not written");
+    }
+
+    #[test]
+    fn finish_records_a_success_only_for_a_run_that_exited_0() {
+        for (code, lost, success) in [
+            (ExitCode::Command(0), false, true),
+            (ExitCode::Command(1), false, false),
+            (ExitCode::Command(0), true, false),
+            (ExitCode::Conflict(0), false, false),
+        ] {
+            let mut r = RunRecord::begin("k");
+            r.lost = lost;
+            r.finish(code, false);
+            assert_eq!(r.job_succeeded.is_some(), success, "{code:?} lost={lost}");
+        }
+    }
+
+    #[test]
+    fn the_job_times_carry_over_from_the_previous_file_of_the_same_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.prom");
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        let secs = |t: Option<SystemTime>| t.map(|t| t.duration_since(UNIX_EPOCH).unwrap());
+        let mut ran = record("we\"ird");
+        ran.job_started = Some(at(1_000));
+        ran.job_succeeded = Some(at(1_010));
+        write(&path, &ran);
+        // A skip that saw no holder keeps both; one that saw a newer holder moves the start.
+        let skipped = record("we\"ird");
+        write(&path, &skipped);
+        let (started, succeeded) = previous_times(&path, "we\"ird");
+        assert_eq!(
+            (secs(started), secs(succeeded)),
+            (secs(Some(at(1_000))), secs(Some(at(1_010))))
+        );
+        let mut saw = record("we\"ird");
+        saw.job_started = Some(at(2_000));
+        write(&path, &saw);
+        let (started, succeeded) = previous_times(&path, "we\"ird");
+        assert_eq!(secs(started), secs(Some(at(2_000))));
+        assert_eq!(secs(succeeded), secs(Some(at(1_010))));
+        // Another key's file, or no file, carries nothing.
+        assert_eq!(previous_times(&path, "other"), (None, None));
+        assert_eq!(previous_times(&dir.path().join("none"), "k"), (None, None));
+    }
+
+    #[test]
+    fn only_a_regular_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.prom");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(replaceable(&fifo).unwrap_err().contains("a FIFO"));
+        write(&fifo, &record("k"));
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        assert!(replaceable(dir.path()).unwrap_err().contains("a directory"));
+        assert!(replaceable(Path::new("/dev/null"))
+            .unwrap_err()
+            .contains("character device"));
+        // A link to a regular file: the file is replaced, the link stays.
+        let real = dir.path().join("real.prom");
+        std::fs::write(&real, "old\n").unwrap();
+        let link = dir.path().join("link.prom");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write(&link, &record("k"));
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::read_to_string(&real)
+            .unwrap()
+            .contains("lockrun_last_run_fence"));
+        let dangling = dir.path().join("dangling.prom");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert!(replaceable(&dangling).is_err());
+        // Nothing there: written.
+        assert_eq!(
+            replaceable(&dir.path().join("new.prom")).unwrap(),
+            dir.path().join("new.prom")
+        );
     }
 
     #[test]

@@ -269,6 +269,7 @@ mod tests {
                 ttl: ms(900),
                 limit: None,
                 history: 0,
+                every: None,
             };
             let mut lock = Drifting(Cell::new(None));
             let d = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), ms(10_000));

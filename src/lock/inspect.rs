@@ -115,6 +115,7 @@ impl RedisLock {
             ttl: Duration::ZERO,
             limit: None,
             history,
+            every: None,
         };
         let mut args = vec![k.channel.clone()];
         args.extend(history_args(&spec, operator, None, Some(note)));

@@ -75,6 +75,9 @@ pub(super) fn history_args(
     if let Some(code) = note.exit_code {
         args.extend(["exit_code".into(), code.to_string()]);
     }
+    if let Some(every) = spec.every {
+        args.extend(["every_ms".into(), every.as_millis().to_string()]);
+    }
     args
 }
 

@@ -42,6 +42,8 @@ pub struct LockSpec {
     pub limit: Option<u32>,
     /// How many runs the key's history keeps (about; see [`Note`]); 0: none recorded.
     pub history: u32,
+    /// The job's schedule period (`--every`), recorded with each run's history entry.
+    pub every: Option<Duration>,
 }
 
 /// How a run ended, as its entry in the key's history says (`lockrun history`).
@@ -132,6 +134,17 @@ pub fn describe_holder(value: &str) -> &str {
         }
     }
     value
+}
+
+/// When the holder whose value this is started (its `started=`), if lockrun wrote the value.
+pub fn holder_started(value: &str) -> Option<std::time::SystemTime> {
+    let rest = describe_holder(value);
+    if rest.len() == value.len() {
+        return None; // not lockrun's value
+    }
+    let started = rest.split(' ').find_map(|w| w.strip_prefix("started="))?;
+    let secs = crate::logging::parse_utc(started)?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 /// A lock we hold.
@@ -269,6 +282,19 @@ mod tests {
         // FIPS 180 test vector; redis.sha1hex("abc") gives the same lowercase hex.
         assert_eq!(public_id("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
         assert_eq!(public_id("").len(), 40);
+    }
+
+    #[test]
+    fn a_holders_start_is_read_from_its_value() {
+        let id = public_id("secret");
+        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z program=x");
+        let secs = |v: &str| {
+            holder_started(v).map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+        };
+        assert_eq!(secs(&value), Some(1_704_164_645));
+        // A value lockrun did not write says nothing about a start.
+        assert_eq!(secs("started=2024-01-02T03:04:05Z"), None);
+        assert_eq!(secs(&format!("{id} host=h1 pid=42 started=soon")), None);
     }
 
     #[test]

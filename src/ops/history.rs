@@ -77,6 +77,7 @@ fn document(e: &Entry) -> serde_json::Value {
         "outcome": e.get("outcome"),
         "exit_code": number(e, "exit_code"),
         "duration_ms": number(e, "duration_ms"),
+        "every_ms": number(e, "every_ms"),
     })
 }
 

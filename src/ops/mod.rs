@@ -200,36 +200,13 @@ impl HolderInfo {
     /// How long ago `started` was, by our clock (whole seconds): how long a lock has been held
     /// when the server's reading ([`Inspection::held_for`]) is not to be had.
     fn held_for(&self) -> Option<Duration> {
-        let started = parse_utc(self.started.as_deref()?)?;
+        let started = crate::logging::parse_utc(self.started.as_deref()?)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?
             .as_secs();
         Some(Duration::from_secs(now.saturating_sub(started)))
     }
-}
-
-/// `2024-01-02T03:04:05Z` (or with fractional seconds) → Unix seconds.
-fn parse_utc(s: &str) -> Option<u64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.split(':');
-    let (h, min) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let sec = t.next()?.split('.').next()?.parse::<i64>().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + min * 60 + sec).ok()
 }
 
 /// A duration as people read it in a status line: `850ms`, `27.4s`, `2m13s`, `3h05m`, `2d04h`
@@ -278,18 +255,5 @@ mod tests {
         assert_eq!(rough(ms(133_000)), "2m13s");
         assert_eq!(rough(ms(3 * 3_600_000 + 5 * 60_000)), "3h05m");
         assert_eq!(rough(ms(2 * 86_400_000 + 4 * 3_600_000)), "2d04h");
-    }
-
-    #[test]
-    fn utc_times_round_trip() {
-        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_utc("2024-01-02T03:04:05Z"), Some(1_704_164_645));
-        assert_eq!(parse_utc("2024-01-02T03:04:05.250Z"), Some(1_704_164_645));
-        assert_eq!(
-            crate::logging::format_utc(1_704_164_645),
-            "2024-01-02T03:04:05Z"
-        );
-        assert_eq!(parse_utc("2000-02-29T00:00:00Z"), Some(951_782_400));
-        assert_eq!(parse_utc("yesterday"), None);
     }
 }

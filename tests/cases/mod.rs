@@ -12,6 +12,7 @@ mod redlock;
 mod refusals;
 mod replication;
 mod safety;
+mod schedule;
 mod secrets;
 mod sentinel;
 pub(crate) mod supervision;
