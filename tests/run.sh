@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
 source tests/ensure-valkey.sh
 source tests/ensure-pytools.sh
+source tests/ensure-prometheus.sh
 # The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two.
 case "${LOCKRUN_TEST_SERVER:-both}" in

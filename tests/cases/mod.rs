@@ -1,3 +1,4 @@
+mod alerting;
 mod cluster;
 mod contention;
 mod core;
