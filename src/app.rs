@@ -452,7 +452,7 @@ async fn release<L: LockService>(
             "redis lock released (the first attempt's reply was lost; on retry the key was no longer ours: deleted by that attempt or expired)"),
         Ok(Release::Deleted) => info!(key = %spec.key, "redis lock released"),
         Ok(Release::Kept(d)) => {
-            info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept until --min-hold ends)")
+            info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept for the rest of the hold)")
         }
         Ok(Release::NotOwner) => {
             warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")

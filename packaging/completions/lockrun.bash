@@ -65,7 +65,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version status list release history doctor run help"
+            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version status list release history doctor run help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -137,6 +137,10 @@ _lockrun() {
                     ;;
                 --on-lost)
                     COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
+                    return 0
+                    ;;
+                --every)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --min-hold)
@@ -511,7 +515,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__run)
-            opts="-r -t -w -E -l -q -v -h --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help"
+            opts="-r -t -w -E -l -q -v -h --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -583,6 +587,10 @@ _lockrun() {
                     ;;
                 --on-lost)
                     COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
+                    return 0
+                    ;;
+                --every)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --min-hold)

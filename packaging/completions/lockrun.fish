@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= t/ttl= w/wait= E/conflict-exit-code= kill-after= on-lost= min-hold= acks= fsync history= l/limit= no-group subreaper metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= t/ttl= w/wait= E/conflict-exit-code= kill-after= on-lost= every= min-hold= acks= fsync history= l/limit= no-group subreaper metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -38,7 +38,8 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
-complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l every -d 'The job\'s schedule period: how often cron (a timer, a CronJob) starts it on every host, 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick finds it free; given back at once if the command could not be started (126/127). Recorded in the history and the metrics file. Not with --wait' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
@@ -152,7 +153,8 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s E -l conflict-ex
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l every -d 'The job\'s schedule period: how often cron (a timer, a CronJob) starts it on every host, 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick finds it free; given back at once if the command could not be started (126/127). Recorded in the history and the metrics file. Not with --wait' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
