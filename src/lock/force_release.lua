@@ -8,6 +8,12 @@ local kind = redis.call('TYPE', KEYS[1]).ok
 local fence = ''
 if redis.call('TYPE', KEYS[4]).ok == 'string' then fence = redis.call('GET', KEYS[4]) end
 if kind ~= 'string' and kind ~= 'zset' then return {kind, fence} end
+-- Only lockrun's own lock or semaphore is deleted, never a value of the same name it did not
+-- write (a configuration key, a leaderboard).
+if kind == 'string' and not holder_shaped(redis.call('GET', KEYS[1])) then
+  return {'foreign-string', fence}
+end
+if kind == 'zset' and not lockrun_zset(KEYS[1]) then return {'foreign-zset', fence} end
 local out = {kind, fence}
 if kind == 'string' then
   table.insert(out, redis.call('GET', KEYS[1]))

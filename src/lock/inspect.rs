@@ -138,6 +138,15 @@ impl RedisLock {
                 fence,
                 holders: text[2..].to_vec(),
             })),
+            "foreign-string" => Err(LockError::Misuse(format!(
+                "key '{key}' holds a value lockrun did not write, not a lockrun lock: release \
+                 --force deletes only lockrun's locks and semaphores (redis-cli GET it to see \
+                 whose it is)"
+            ))),
+            "foreign-zset" => Err(LockError::Misuse(format!(
+                "key '{key}' is a Redis sorted set that is not a lockrun semaphore: release \
+                 --force deletes only lockrun's locks and semaphores"
+            ))),
             other => Err(LockError::Misuse(format!(
                 "key '{key}' is a Redis {other}, not a lock: lockrun leaves it alone"
             ))),

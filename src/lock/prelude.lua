@@ -21,6 +21,21 @@ local function get_or_wrongtype(k)
   return v
 end
 
+-- A holder value as lockrun writes it: `<hex id> host=<h> pid=<n> started=<utc> …` (an older
+-- lockrun's token in place of the id is hex too). What lockrun did not write is not its to touch.
+local function holder_shaped(v)
+  return type(v) == 'string' and string.find(v, '^%x+ host=%S* pid=%d+ started=%S') ~= nil
+end
+
+-- Whether an existing sorted set is a lockrun semaphore: its members are holder values. Someone's
+-- own sorted set of the same name (a leaderboard) must be refused, never pruned as if its
+-- scores were expired leases. The first and the last member are looked at: two commands
+-- whatever the set's size.
+local function lockrun_zset(k)
+  return holder_shaped(redis.call('ZRANGE', k, 0, 0)[1])
+    and holder_shaped(redis.call('ZRANGE', k, -1, -1)[1])
+end
+
 -- The fencing counter's value (0 when absent), or nil when it is not a whole number we could
 -- have written. One GET: a key of another type answers an error, which pcall turns into nil
 -- instead of failing the script (nothing has been written at this point either way).

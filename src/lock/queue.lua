@@ -43,6 +43,7 @@ end
 -- server clock in µs and in ms.
 local function preflight(want)
   local kind = redis.call('TYPE', KEYS[1]).ok
+  if kind == 'zset' and not lockrun_zset(KEYS[1]) then return {-1, 'foreign-zset'} end
   if kind ~= 'none' and kind ~= want then return {-1, kind} end
   local counter = read_fence(KEYS[2])
   if not counter then return {-2, KEYS[2]} end

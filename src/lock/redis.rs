@@ -514,6 +514,9 @@ impl RedisLock {
 }
 
 /// The scripts of every run, with the names `EVALSHA` sends for them, hashed at compile time.
+/// Hashing ~30 KiB of Lua in const evaluation crosses rustc's "taking a long time" lint (a
+/// guard against endless loops, not a limit); it takes well under a second of the build.
+#[allow(long_running_const_eval)]
 static PRECOMPUTED: [(&str, [u8; 40]); 8] = [
     (ACQUIRE, super::sha1::hex(ACQUIRE.as_bytes())),
     (RELEASE, super::sha1::hex(RELEASE.as_bytes())),
@@ -651,6 +654,10 @@ impl LockService for RedisLock {
             (Some(Value::Int(-1)), Some(kind)) => {
                 let kind = as_string(kind).unwrap_or_default();
                 Err(LockError::Misuse(match (spec.limit, kind.as_str()) {
+                    (_, "foreign-zset") => format!(
+                        "key '{}' is a Redis sorted set that is not a lockrun semaphore: lockrun leaves it alone; choose another key",
+                        spec.key
+                    ),
                     (None, "zset") => format!(
                         "key '{}' is a semaphore (used with --limit); use the same --limit for every lockrun on it",
                         spec.key

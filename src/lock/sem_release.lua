@@ -9,7 +9,11 @@ local ours = redis.call('TYPE', KEYS[1]).ok == 'zset' and redis.call('ZSCORE', K
 ours = ours and tonumber(ours) > now
 note(KEYS[4], 4, not ours, not ours)
 if not ours then
-  if redis.call('TYPE', KEYS[1]).ok == 'zset' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) end
+  -- Tidy up expired slots, but only of lockrun's own semaphore: a sorted set of the same name
+  -- that is not one is the user's (its scores are no leases).
+  if redis.call('TYPE', KEYS[1]).ok == 'zset' and lockrun_zset(KEYS[1]) then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  end
   return 0
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

@@ -220,7 +220,9 @@ fn mixing_limit_and_plain_on_one_key_is_an_error() {
         stderr_of(&out)
     );
 
-    redis.cmd::<()>(&["ZADD", "semkey", "99999999999999", "someone"]);
+    // A holder as a semaphore's member looks when lockrun wrote it.
+    let member = "0123456789abcdef0123456789abcdef01234567 host=h pid=1 started=2024-01-02T03:04:05Z program=x";
+    redis.cmd::<()>(&["ZADD", "semkey", "99999999999999", member]);
     let mut cmd = lockrun(&redis);
     cmd.args(["semkey", "true"]);
     let out = run(cmd);

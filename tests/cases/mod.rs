@@ -5,6 +5,7 @@ mod core;
 mod doctor;
 mod faults;
 mod faults_net;
+mod foreign_keys;
 mod hardening;
 mod holder_id;
 mod metrics;

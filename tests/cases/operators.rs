@@ -517,7 +517,9 @@ fn release_force_never_trims_a_long_history_and_is_recorded_even_without_one() {
             &i.to_string(),
         ]);
     }
-    let _: () = redis.cmd(&["SET", "long", "someone", "PX", "60000"]);
+    // A holder as lockrun writes it (release --force deletes nothing else).
+    let holder = "0123456789abcdef0123456789abcdef01234567 host=h pid=1 started=2024-01-02T03:04:05Z program=x";
+    let _: () = redis.cmd(&["SET", "long", holder, "PX", "60000"]);
     let out = verb(&redis, "release", &["long", "--force"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let len: i64 = redis.cmd(&["XLEN", "lockrun:history:{long}"]);
