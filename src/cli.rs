@@ -557,8 +557,8 @@ fn parse_as<P: CommandFactory + FromArgMatches>(argv: Vec<OsString>) -> Result<P
     match parsed {
         Ok(args) => Ok(args),
         Err(e) if !e.use_stderr() => {
-            // --help / --version
-            let _ = e.print();
+            // --help / --version, through `output` so a full stdout is exit 74, not 0.
+            crate::output::print(&e.render().to_string());
             Err(ExitCode::Command(0))
         }
         Err(e) => {

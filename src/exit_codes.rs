@@ -31,6 +31,8 @@ pub enum ExitCode {
     NotFound,
     /// lockrun was told to stop by signal N before the command started.
     Aborted(i32),
+    /// lockrun's own output could not be written (a full disk; EX_IOERR).
+    IoError,
 }
 
 impl ExitCode {
@@ -42,6 +44,7 @@ impl ExitCode {
             ExitCode::Usage => 64,
             ExitCode::Unavailable => 69,
             ExitCode::Internal => 70,
+            ExitCode::IoError => 74,
             ExitCode::NotExecutable => 126,
             ExitCode::NotFound => 127,
         }
@@ -76,6 +79,7 @@ mod tests {
         assert_eq!(ExitCode::Usage.code(), 64);
         assert_eq!(ExitCode::Unavailable.code(), 69);
         assert_eq!(ExitCode::Internal.code(), 70);
+        assert_eq!(ExitCode::IoError.code(), 74);
         assert_eq!(ExitCode::NotExecutable.code(), 126);
         assert_eq!(ExitCode::NotFound.code(), 127);
         assert_eq!(ExitCode::Aborted(2).code(), 130);

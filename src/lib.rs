@@ -9,6 +9,7 @@
 //!   its process group, reaping
 //! - [`exit_codes`]: how every ending maps to a process exit code
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
+//! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
 //! - [`app`]: one run, start to finish
 //! - [`ops`]: the operators' commands (status, list, release, history, doctor)
@@ -21,6 +22,7 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
+pub mod output;
 pub mod signals;
 pub mod spawn;
 pub mod supervisor;
@@ -43,8 +45,8 @@ pub fn main() -> i32 {
 fn run() -> ExitCode {
     let args = match cli::parse() {
         Ok(cli::Invocation::Run(args)) => *args,
-        Ok(cli::Invocation::Verb(verb)) => return ops::main(*verb),
-        Err(code) => return code,
+        Ok(cli::Invocation::Verb(verb)) => return output::finish(ops::main(*verb)),
+        Err(code) => return output::finish(code),
     };
     if let Err(code) = init_logging(&args.logs) {
         return code;

@@ -281,9 +281,14 @@ pub fn print_early_error(message: &str, json: bool) {
             "level": "ERROR",
             "message": message,
         });
-        eprintln!("{line}");
+        // A full or closed stderr: nothing more can be said, and nothing to panic over.
+        let _ = writeln!(std::io::stderr(), "{line}");
     } else {
-        eprintln!("lockrun: error: {}", escape_controls(message));
+        let _ = writeln!(
+            std::io::stderr(),
+            "lockrun: error: {}",
+            escape_controls(message)
+        );
     }
 }
 

@@ -130,7 +130,7 @@ pub async fn run(
     if json {
         print_json(&doc);
     } else {
-        print!("{text}");
+        crate::output::print(&text);
     }
     Ok(ExitCode::Command(if ok { 0 } else { 1 }))
 }

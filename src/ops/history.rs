@@ -26,9 +26,9 @@ pub async fn run(
             entries.iter().map(document).collect(),
         ));
     } else if entries.is_empty() {
-        println!("no runs recorded for '{key}'");
+        crate::output::println(&format!("no runs recorded for '{key}'"));
     } else {
-        print!("{}", table(&entries));
+        crate::output::print(&table(&entries));
     }
     Ok(ExitCode::Command(0))
 }

@@ -44,7 +44,7 @@ pub async fn run(
             rows.iter().map(|(k, v)| row(k, v)).collect(),
         ));
     } else {
-        print!("{}", table(&rows));
+        crate::output::print(&table(&rows));
     }
     Ok(ExitCode::Command(0))
 }

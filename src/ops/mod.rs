@@ -224,7 +224,7 @@ fn rough(d: Duration) -> String {
 
 /// Prints one JSON document on stdout.
 fn print_json(v: &serde_json::Value) {
-    println!("{v}");
+    crate::output::println(&v.to_string());
 }
 
 #[cfg(test)]

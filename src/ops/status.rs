@@ -23,7 +23,7 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
     if json {
         print_json(&document(key, &view));
     } else {
-        print!("{}", text(key, &view));
+        crate::output::print(&text(key, &view));
     }
     Ok(if held {
         ExitCode::Command(0)

@@ -10,6 +10,7 @@ mod hardening;
 mod holder_id;
 mod metrics;
 mod operators;
+mod output;
 mod redlock;
 mod refusals;
 mod replication;

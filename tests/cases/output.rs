@@ -1,0 +1,124 @@
+//! Standard output and standard error are input too: a full disk (`/dev/full`) or a reader
+//! that went away (`| true`, `| grep -q`) never makes lockrun panic (exit 134 with a
+//! backtrace). A closed pipe ends quietly, as command-line tools do; a write that fails
+//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR).
+
+use crate::support::*;
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+/// `cmd` with stdout (`out`) and/or stderr (`err`) on /dev/full.
+fn with_full(mut cmd: Command, out: bool, err: bool) -> std::process::Output {
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    cmd.stdout(if out { full().into() } else { Stdio::piped() });
+    cmd.stderr(if err { full().into() } else { Stdio::piped() });
+    cmd.spawn().expect("spawn").wait_with_output().unwrap()
+}
+
+fn not_a_panic(out: &std::process::Output, what: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && out.status.code().is_some(),
+        "{what}: {:?} {err}",
+        out.status
+    );
+}
+
+#[test]
+fn a_full_stderr_never_panics_and_keeps_the_exit_code() {
+    let redis = Redis::start();
+    let mut bad_ttl = bare_lockrun();
+    bad_ttl.args(["--ttl", "abc", "k", "--", "true"]);
+    let out = with_full(bad_ttl, false, true);
+    assert_eq!(out.status.code(), Some(64), "{:?}", out.status);
+
+    let mut no_command = lockrun(&redis);
+    no_command.arg("k");
+    assert_eq!(with_full(no_command, false, true).status.code(), Some(64));
+
+    // A run whose log lines cannot be written still runs, releases and exits with the job's code.
+    let mut job = lockrun(&redis);
+    job.args(["-v", "k", "--", "sh", "-c", "exit 3"]);
+    let out = with_full(job, false, true);
+    assert_eq!(out.status.code(), Some(3), "{:?}", out.status);
+    assert!(!redis.exists("k"));
+}
+
+#[test]
+fn a_full_stdout_is_one_line_and_exit_74() {
+    let redis = Redis::start();
+    let mut holder = lockrun(&redis);
+    holder.args(["--min-hold", "30s", "k", "--", "true"]);
+    assert_eq!(run(holder).status.code(), Some(0));
+    for args in [
+        &["status", "k"][..],
+        &["status", "--json", "k"],
+        &["history", "--json", "k"],
+        &["history", "k"],
+        &["list", "--all"],
+        &["doctor"],
+    ] {
+        let mut cmd = bare_lockrun();
+        cmd.args(args).arg("-r").arg(redis.url());
+        let out = with_full(cmd, true, false);
+        not_a_panic(&out, &format!("{args:?}"));
+        assert_eq!(out.status.code(), Some(74), "{args:?}: {}", stderr_of(&out));
+        let err = stderr_of(&out);
+        assert!(
+            err.contains("cannot write to standard output") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        // Both full: still no panic, still 74.
+        let mut cmd = bare_lockrun();
+        cmd.args(args).arg("-r").arg(redis.url());
+        let out = with_full(cmd, true, true);
+        not_a_panic(&out, &format!("{args:?} (both full)"));
+        assert_eq!(out.status.code(), Some(74), "{args:?} (both full)");
+    }
+    for help in ["--help", "--version", "-h"] {
+        let mut cmd = bare_lockrun();
+        cmd.arg(help);
+        let out = with_full(cmd, true, false);
+        assert_eq!(out.status.code(), Some(74), "{help}: {}", stderr_of(&out));
+    }
+}
+
+/// `lockrun list --all | grep -q x` (or `| true`): the reader leaves after a line; lockrun
+/// stops quietly, exit 0.
+#[test]
+fn a_reader_that_goes_away_ends_the_listing_quietly() {
+    let redis = Redis::start();
+    let mut pipe = redis.conn();
+    let mut batch = redis::pipe();
+    for i in 0..1500 {
+        batch
+            .cmd("SET")
+            .arg(format!("lockrun:fence:{{k{i}}}"))
+            .arg(1)
+            .ignore();
+    }
+    batch.exec(&mut pipe).unwrap();
+    let mut cmd = bare_lockrun();
+    cmd.args(["list", "--all", "-r"])
+        .arg(redis.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // Read nothing and close the pipe at once: every write lockrun makes meets EPIPE.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = wait_timeout(&mut child, PATIENCE).expect("ends");
+    assert_eq!(status.code(), Some(0), "{status:?}: {err}");
+    assert_eq!(err, "", "quietly");
+}
