@@ -6,7 +6,7 @@ use crate::exit_codes::ExitCode;
 use crate::lock::inspect::Entry;
 use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
-use crate::logging::format_utc;
+use crate::logging::{escape_controls, format_utc};
 use serde_json::json;
 use std::time::Duration;
 
@@ -87,7 +87,9 @@ fn table(entries: &[Entry]) -> String {
     ]
     .map(String::from)];
     for e in entries {
-        let field = |name: &str| e.get(name).unwrap_or("-").to_string();
+        // Entries are anyone's to write (XADD by hand): a control character must neither
+        // reach the terminal nor fake a row, as in `list` and `status`.
+        let field = |name: &str| escape_controls(e.get(name).unwrap_or("-")).into_owned();
         let duration = e
             .get("duration_ms")
             .and_then(|d| d.parse().ok())
@@ -102,26 +104,7 @@ fn table(entries: &[Entry]) -> String {
             field("fence"),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
-        .map(|i| {
-            lines
-                .iter()
-                .map(|l| l[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for l in &lines {
-        let cells: Vec<String> = l
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    super::columns(&lines)
 }
 
 #[cfg(test)]

@@ -88,28 +88,5 @@ fn table(rows: &[(String, Inspection)]) -> String {
         let holder = escape_controls(&holder).into_owned();
         lines.push([key, ttl, fence, view.waiters.to_string(), holder]);
     }
-    let width = |i: usize| {
-        lines
-            .iter()
-            .map(|l| l[i].chars().count())
-            .max()
-            .unwrap_or(0)
-    };
-    let widths = [width(0), width(1), width(2), width(3)];
-    let mut out = String::new();
-    for l in &lines {
-        out.push_str(&format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}\n",
-            l[0],
-            l[1],
-            l[2],
-            l[3],
-            l[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3]
-        ));
-    }
-    out
+    super::columns(&lines)
 }

@@ -222,6 +222,39 @@ fn rough(d: Duration) -> String {
     }
 }
 
+/// A column is at most this wide: a longer cell (a key of 70,000 characters) overflows its own
+/// row instead of pushing every other row that far to the right.
+const MAX_COLUMN: usize = 64;
+
+/// Rows as aligned columns, two spaces apart, the last one unpadded, each line ending in a
+/// newline. Padding is counted in characters and written out by hand: `format!`'s width takes
+/// at most 65,535, and one long key made `list` panic.
+fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .filter(|&w| w <= MAX_COLUMN)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            line.push_str(cell);
+            if i + 1 < N {
+                let pad = widths[i].saturating_sub(cell.chars().count()) + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 /// Prints one JSON document on stdout.
 fn print_json(v: &serde_json::Value) {
     crate::output::println(&v.to_string());
@@ -245,6 +278,23 @@ mod tests {
         assert_eq!(raw.host, None);
         assert_eq!(raw.raw, "set by hand");
         assert_eq!(raw.json()["value"], "set by hand");
+    }
+
+    #[test]
+    fn columns_align_and_a_long_cell_overflows_its_own_row() {
+        let row = |a: &str, b: &str, c: &str| [a.to_string(), b.to_string(), c.to_string()];
+        let text = columns(&[row("KEY", "TTL", "HOLDER"), row("ключ", "3s", "h")]);
+        assert_eq!(text, "KEY   TTL  HOLDER\nключ  3s   h\n");
+        let long = "L".repeat(70_000);
+        let text = columns(&[
+            row("KEY", "TTL", "X"),
+            row(&long, "1s", "h"),
+            row("k", "", ""),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "KEY  TTL  X");
+        assert_eq!(lines[1], format!("{long}  1s   h"));
+        assert_eq!(lines[2], "k");
     }
 
     #[test]

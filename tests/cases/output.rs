@@ -122,3 +122,60 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
     assert_eq!(status.code(), Some(0), "{status:?}: {err}");
     assert_eq!(err, "", "quietly");
 }
+
+/// One key of 70,000 characters made `list` panic ("Formatting argument out of range") for
+/// everyone, for good, since its fence counter stays (issue 24, item 5).
+#[test]
+fn a_very_long_key_is_listed_not_a_panic() {
+    let redis = Redis::start();
+    let long = "L".repeat(70_000);
+    let mut cmd = lockrun(&redis);
+    cmd.args([long.as_str(), "--", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+    let mut short = lockrun(&redis);
+    short.args(["short", "--", "true"]);
+    assert_eq!(run(short).status.code(), Some(0));
+    let mut list = bare_lockrun();
+    list.args(["list", "--all", "-r"]).arg(redis.url());
+    let out = run(list);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let text = stdout_of(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "header and two rows");
+    assert!(lines[1].starts_with(&long), "the long key, whole");
+    // The other rows stay aligned to the short names, not pushed 70,000 columns right.
+    assert!(
+        lines[2].starts_with("short ") && lines[2].len() < 100,
+        "{:?}",
+        lines[2]
+    );
+}
+
+/// History entries are anyone's to write: an ESC or a newline in one is shown escaped, as
+/// `list` and `status` do (issue 24, item 14).
+#[test]
+fn history_escapes_control_characters() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(&[
+        "XADD",
+        "lockrun:history:{k}",
+        "*",
+        "outcome",
+        "ran\u{1b}[31m",
+        "host",
+        "web1\n2026-01-01T00:00:00Z  ran  0  1s  fake",
+        "pid",
+        "1",
+    ]);
+    let mut cmd = bare_lockrun();
+    cmd.args(["history", "-r"]).arg(redis.url()).arg("k");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let text = stdout_of(&out);
+    assert!(!text.contains('\u{1b}'), "no raw ESC: {text:?}");
+    assert_eq!(text.lines().count(), 2, "one entry, one row: {text}");
+    assert!(
+        text.contains(r"ran\u{1b}[31m") && text.contains(r"web1\n2026"),
+        "{text}"
+    );
+}
