@@ -60,7 +60,7 @@ impl TlsFiles {
             return Err("--tls-ca, --tls-cert and --tls-key need a rediss:// URL".into());
         }
         let read = |what: &str, p: &Path| {
-            std::fs::read(p)
+            read_small_file(p)
                 .map_err(|e| format!("cannot read the {what} file '{}': {e}", p.display()))
         };
         let client_tls = match (&self.cert, &self.key) {
@@ -120,9 +120,9 @@ pub fn password_from(
 ) -> Result<Option<String>, String> {
     let env_password = match env_password {
         Some(p) if p.is_empty() => None,
-        Some(p) => Some(p.into_string().map_err(|_| {
+        Some(p) => Some(strip_newline(p.into_string().map_err(|_| {
             format!("{env_name} is not valid UTF-8 (the Redis client sends text passwords only)")
-        })?),
+        })?)),
         None => None,
     };
     Ok(match (env_password, password_file) {
@@ -138,22 +138,89 @@ pub fn password_from(
     })
 }
 
-/// The file's content minus one trailing newline (`echo pw > file` writes one; a second one
-/// would be part of the password). Empty is an error: an empty password is never what was
-/// meant, and sending none would fail later with a less helpful NOAUTH.
-fn read_password_file(file: &Path) -> Result<String, String> {
-    let shown = file.display();
-    let bytes = std::fs::read(file)
-        .map_err(|e| format!("cannot read the Redis password file '{shown}': {e}"))?;
-    let mut text = String::from_utf8(bytes).map_err(|_| {
-        format!("the Redis password file '{shown}' is not UTF-8 text (the Redis client sends text passwords only)")
-    })?;
+/// One trailing newline (`\n` or `\r\n`) off: `echo pw > file` and a Kubernetes Secret made
+/// with `echo` add one; a second one would be part of the password.
+fn strip_newline(mut text: String) -> String {
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {
             text.pop();
         }
     }
+    text
+}
+
+/// Most a password, certificate or key file may hold: far above any real one, and a bound on
+/// what a wrong path (a device) can make lockrun read.
+const MAX_FILE: u64 = 1 << 20;
+
+/// How long a pipe may take to deliver its content (`--redis-password-file <(vault read …)`).
+const PIPE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A small file's bytes, without ever blocking for good. The open is non-blocking: opening a
+/// FIFO for reading otherwise waits until some process opens it for writing, possibly never,
+/// and a signal handler installed with SA_RESTART restarts that open (SIGTERM did not end
+/// lockrun). A FIFO nobody writes to then reads as empty at once (refused as empty). A pipe
+/// with a writer (bash's process substitution) is read until its end, for at most
+/// [`PIPE_PATIENCE`]; a regular file is read at once.
+fn read_small_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if meta.is_dir() {
+        return Err("it is a directory".into());
+    }
+    let mut bytes = Vec::new();
+    let mut limited = (&file).take(MAX_FILE + 1);
+    let deadline = std::time::Instant::now() + PIPE_PATIENCE;
+    let mut chunk = [0u8; 4096];
+    loop {
+        match limited.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A pipe whose writer has not written yet: wait for it, within the bound (poll(2)
+            // returns on data, on the writer's end, or after the time left).
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Err(format!(
+                        "nothing arrived within {}s (a pipe nobody writes to?)",
+                        PIPE_PATIENCE.as_secs()
+                    ));
+                }
+                let mut fds = [libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&file),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                // SAFETY: one valid pollfd for a descriptor we own; EINTR just loops.
+                unsafe { libc::poll(fds.as_mut_ptr(), 1, left.as_millis().min(1000) as i32) };
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(format!("larger than {} KiB", MAX_FILE / 1024));
+    }
+    Ok(bytes)
+}
+
+/// The file's content minus one trailing newline (`echo pw > file` writes one; a second one
+/// would be part of the password). Empty is an error: an empty password is never what was
+/// meant, and sending none would fail later with a less helpful NOAUTH.
+fn read_password_file(file: &Path) -> Result<String, String> {
+    let shown = file.display();
+    let bytes = read_small_file(file)
+        .map_err(|e| format!("cannot read the Redis password file '{shown}': {e}"))?;
+    let text = strip_newline(String::from_utf8(bytes).map_err(|_| {
+        format!("the Redis password file '{shown}' is not UTF-8 text (the Redis client sends text passwords only)")
+    })?);
     if text.is_empty() {
         return Err(format!("the Redis password file '{shown}' is empty"));
     }

@@ -322,3 +322,49 @@ fn help_describes_the_password_options_without_showing_their_values() {
         "--help",
     );
 }
+
+/// A password file that is a FIFO nobody writes to blocked lockrun forever, and SIGTERM did
+/// not end it (issue 24, item 6). It is refused at once; a pipe that does carry the password
+/// (`--redis-password-file <(vault read …)`) still works.
+#[test]
+fn a_password_pipe_without_a_writer_is_refused_at_once() {
+    let redis = Redis::start_with_password("Pipe-Secret-7");
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pw.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let started = std::time::Instant::now();
+    let mut cmd = lockrun_with(&[], &["-r", &unix_url(&redis)]);
+    cmd.arg("--redis-password-file")
+        .arg(&fifo)
+        .args(["k", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("pw.fifo"), "{}", stderr_of(&out));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "bounded"
+    );
+
+    // Process substitution: bash hands lockrun /dev/fd/N, a pipe with a writer.
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        r#"exec "$0" -r "$1" --redis-password-file <(printf 'Pipe-Secret-7\n') k -- true"#,
+    ])
+    .arg(lockrun_bin())
+    .arg(unix_url(&redis));
+    without_lockrun_env(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+/// A Kubernetes Secret made with `echo` ends in a newline: the variable loses one trailing
+/// newline, as the password file does.
+#[test]
+fn a_password_variable_loses_one_trailing_newline() {
+    let redis = Redis::start_with_password("Env-Secret-8");
+    let mut cmd = lockrun_with(&[], &["-r", &unix_url(&redis), "k", "--", "true"]);
+    cmd.env("LOCKRUN_REDIS_PASSWORD", "Env-Secret-8\n");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
