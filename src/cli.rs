@@ -479,12 +479,56 @@ fn parse_with_clap(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
             parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a)))
         }
         Some(i) => {
+            if let Some(why) = run_line_with_a_verb(&argv, i) {
+                crate::logging::print_early_error(&why, json_wanted(&argv));
+                return Err(ExitCode::Usage);
+            }
             let word = argv.remove(i);
             argv.insert(1.min(argv.len()), word);
             parse_as::<verbs::VerbLine>(argv).map(|v| Invocation::Verb(Box::new(v.verb)))
         }
         None => parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a))),
     }
+}
+
+/// Whether the line whose word `at` is a verb is really a run of a lock named like it: a `--`
+/// (only a run has a command after it) or an option only a run takes (`-E`, `--every`). The
+/// verb would read the command as its KEY and exit 0 (`lockrun -q history -- ./rotate.sh`: cron
+/// saw success and the job never ran), so it is refused, saying what to write instead.
+fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
+    let verbs = verbs::VerbLine::command();
+    let verb = argv[at].to_string_lossy().into_owned();
+    let sub = verbs.find_subcommand(&verb)?;
+    let known = |word: &str| {
+        let word = word.split('=').next().unwrap_or(word);
+        sub.get_arguments().any(|a| {
+            word.strip_prefix("--")
+                .is_some_and(|l| a.get_long() == Some(l))
+                || (word.len() == 2
+                    && word.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short())
+        })
+    };
+    let run_only = Args::command()
+        .get_arguments()
+        .flat_map(|a| {
+            let long = a.get_long().map(|l| format!("--{l}"));
+            let short = a.get_short().map(|c| format!("-{c}"));
+            long.into_iter().chain(short)
+        })
+        .collect::<Vec<_>>();
+    let runs = argv[1..].iter().map(|w| w.to_string_lossy()).any(|w| {
+        w == "--" || {
+            let name = w.split('=').next().unwrap_or(&w);
+            w.starts_with('-') && !known(&w) && run_only.iter().any(|o| o == name)
+        }
+    });
+    runs.then(|| {
+        format!(
+            "'{verb}' is an operators' command (lockrun {verb} --help), and this line has a \
+             command or options for a run: to run a command under a lock named '{verb}', \
+             write 'lockrun run {verb} -- COMMAND…'"
+        )
+    })
 }
 
 /// Where the first word that is neither an option nor an option's value is, up to `--`.

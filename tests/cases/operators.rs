@@ -663,3 +663,37 @@ fn text_output_keeps_one_line_per_lock_whatever_the_name() {
     );
     held.finish();
 }
+
+/// `lockrun -q history -- ./rotate.sh` printed "no runs recorded for './rotate.sh'" and exited
+/// 0: cron saw success and the job never ran. A verb's line with `--` and a command after it,
+/// or with options only a run takes, is refused and says how to run it (issue 24, item 8).
+#[test]
+fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
+    let redis = Redis::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    for line in [
+        &["-q", "history", "--", "sh", "-c", &touch][..],
+        &["-q", "-E", "0", "status", "--", "sh", "-c", &touch],
+        &["list", "--every", "1m", "sh", "-c", &touch],
+        &["doctor", "-E", "0", "--", "sh", "-c", &touch],
+    ] {
+        let mut cmd = bare_lockrun();
+        cmd.arg("-r").arg(redis.url()).args(line);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{line:?}: {err}");
+        assert!(err.contains("lockrun run "), "{line:?} says how: {err}");
+        assert_eq!(err.lines().count(), 1, "{line:?}: one line: {err}");
+        assert_eq!(stdout_of(&out), "", "{line:?}");
+        assert!(!ran.exists(), "{line:?}");
+    }
+    // The way it says: runs.
+    let mut cmd = bare_lockrun();
+    cmd.arg("-r")
+        .arg(redis.url())
+        .args(["run", "history", "--", "sh", "-c", &touch]);
+    assert_eq!(run(cmd).status.code(), Some(0));
+    assert!(ran.exists());
+}
