@@ -406,8 +406,9 @@ impl RedisLock {
                     self.evalsha = false;
                     self.send(&mut conn, "EVAL", script, keys, args, ack).await
                 }
+                // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
                 Err(e)
-                    if refusal(&e, None).is_some()
+                    if (refusal(&e, None).is_some() || unknown_command(&e))
                         && e.to_string().to_ascii_lowercase().contains("evalsha") =>
                 {
                     tracing::debug!("EVALSHA refused; using EVAL");
@@ -421,6 +422,17 @@ impl RedisLock {
         };
         match reply {
             Ok(v) => Ok(v),
+            // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
+            Err(e) if unknown_command(&e) && self.is_sentinel(&mut conn).await => {
+                self.conn = None;
+                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
+                    &format!(
+                        "Redis at {} is a Sentinel, not a data node: give the sentinels as \
+                     redis+sentinel://HOST:PORT[,HOST:PORT…]/<service name>",
+                        self.shown
+                    ),
+                ))))
+            }
             Err(e) if refusal(&e, Some(script)).is_some() => {
                 self.conn = None;
                 Err(Failed::Other(self.failure(&e, Some(script))))
@@ -433,12 +445,58 @@ impl RedisLock {
                 self.conn = None;
                 Err(Failed::Other(self.unavailable(&e)))
             }
-            Err(e) => Err(Failed::Other(LockError::Misuse(
-                self.secrets
-                    .scrub(&format!("Redis rejected the lock script: {e}")),
-            ))),
+            // Every error a script of lockrun's can meet on a working server is one of the
+            // above (refusals, transient trouble): anything else means the server cannot run
+            // lockrun, whatever it is. Said with the server's own words, never the request's.
+            Err(e) => {
+                self.conn = None;
+                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
+                    &format!(
+                    "Redis at {} is not a usable Redis for lockrun: it answered the lock script \
+                     with '{}'",
+                    self.shown,
+                    server_words(&e)
+                ),
+                ))))
+            }
         }
     }
+
+    /// Whether the server on `conn` is a Sentinel (`ROLE` answers `sentinel` first): asked only
+    /// once a script was refused as an unknown command.
+    async fn is_sentinel(&self, conn: &mut Conn) -> bool {
+        let role = redis::cmd("ROLE");
+        match tokio::time::timeout(self.timeout, role.query_async::<Value>(conn)).await {
+            Ok(Ok(Value::Array(items))) => items
+                .first()
+                .and_then(as_string)
+                .is_some_and(|r| r.eq_ignore_ascii_case("sentinel")),
+            _ => false,
+        }
+    }
+}
+
+/// The server answered "unknown command" (a command renamed away, or a server of another kind).
+fn unknown_command(e: &redis::RedisError) -> bool {
+    e.to_string()
+        .to_ascii_lowercase()
+        .contains("unknown command")
+}
+
+/// What the server said in an error reply, without the arguments of the request redis-rs
+/// quotes after it (a script's SHA, keys, a holder value), and at most 120 characters.
+fn server_words(e: &redis::RedisError) -> String {
+    let words = match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    };
+    let words = words
+        .split(", with args beginning with")
+        .next()
+        .unwrap_or_default();
+    let words = crate::logging::escape_controls(words);
+    words.chars().take(120).collect()
 }
 
 impl RedisLock {
@@ -808,8 +866,13 @@ impl LockService for RedisLock {
     }
 }
 
+/// A reply none of lockrun's scripts gives: whatever answered is not a Redis that ran them
+/// (a proxy or a fake answering +OK to everything). Refused, not retried: it will not change.
 pub(super) fn unexpected(v: &Value) -> LockError {
-    LockError::Misuse(format!("unexpected reply from the lock script: {v:?}"))
+    let shown: String = format!("{v:?}").chars().take(80).collect();
+    LockError::Refused(format!(
+        "the server is not a usable Redis for lockrun: its reply to the lock script was {shown}"
+    ))
 }
 
 pub(super) fn as_string(v: &Value) -> Option<String> {

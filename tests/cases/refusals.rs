@@ -311,3 +311,127 @@ fn a_server_that_cannot_persist_is_waited_out() {
         "{err}"
     );
 }
+
+/// A server that answers every command the same way, on a loopback port: `reply` to each
+/// command it reads (a RESP array of bulk strings, as clients send them). Stops when dropped.
+struct Fake {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Fake {
+    fn start(reply: &'static [u8]) -> Fake {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                std::thread::spawn(move || {
+                    conn.set_nonblocking(false).unwrap();
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = conn.read(&mut chunk) {
+                        if n == 0 {
+                            break;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(used) = whole_command(&buf) {
+                            buf.drain(..used);
+                            if conn.write_all(reply).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Fake { port, stop }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The length of the first complete command in `buf` (`*N\r\n` then N `$len\r\n…\r\n`).
+fn whole_command(buf: &[u8]) -> Option<usize> {
+    let line = |at: usize| -> Option<(usize, usize)> {
+        let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+        Some((n, end + 2))
+    };
+    let (count, mut at) = line(0)?;
+    for _ in 0..count {
+        let (len, start) = line(at)?;
+        at = start + len + 2;
+        if at > buf.len() {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+/// Servers lockrun cannot lock on: without EVAL and EVALSHA, a Sentinel's port given as
+/// redis://, a server that answers every command with an error, or with +OK, :1 or nil.
+/// Each is "unavailable" (69) in one line naming the problem, never a usage error dumping the
+/// script's SHA and arguments (issue 24, item 10).
+#[test]
+fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = server(
+        dir.path(),
+        &[
+            "--save",
+            "",
+            "--rename-command",
+            "EVAL",
+            "",
+            "--rename-command",
+            "EVALSHA",
+            "",
+        ],
+    );
+    let no_scripts = format!("unix://{}", sock.display());
+    let set = topology::ReplicaSet::start(0);
+    let sentinels = topology::Sentinels::start(&set, 1);
+    let sentinel = format!("redis://127.0.0.1:{}", sentinels.nodes[0].port);
+    let errors = Fake::start(b"-ERR this server says no\r\n");
+    let ok = Fake::start(b"+OK\r\n");
+    let one = Fake::start(b":1\r\n");
+    let nil = Fake::start(b"$-1\r\n");
+    let sha = |s: &str| {
+        s.split(|c: char| !c.is_ascii_hexdigit())
+            .any(|w| w.len() == 40)
+    };
+    for (url, says) in [
+        (no_scripts.as_str(), "does not offer EVAL"),
+        (sentinel.as_str(), "Sentinel"),
+        (&errors.url(), "not a usable Redis"),
+        (&ok.url(), "not a usable Redis"),
+        (&one.url(), "not a usable Redis"),
+        (&nil.url(), "not a usable Redis"),
+    ] {
+        let mut cmd = lockrun_at(url);
+        cmd.args(["-t", "3s", "k", "--", "echo", "ran"]);
+        let err = refused(cmd, Duration::from_secs(10), &[says]);
+        assert!(!sha(&err), "{url}: no script hash: {err}");
+        assert!(
+            !err.contains("prelude") && !err.contains("ARGV"),
+            "{url}: {err}"
+        );
+    }
+    drop(sentinels);
+}
