@@ -60,6 +60,9 @@ pub fn refusal(e: &RedisError, script: Option<&str>) -> Option<String> {
         Some(format!(
             "{detail}{needs}; grant the user what lockrun needs (README: ACL permissions)"
         ))
+    } else if lower.contains("db index is out of range") || lower.contains("invalid db index") {
+        // SELECT of the URL's database: waiting will not create it.
+        Some("the server has no database of the URL's number (it has as many as its `databases` setting, 16 by default: 0 to 15)".into())
     } else if lower.contains("unknown command 'eval'") || lower.contains("unknown command `eval`") {
         Some("the server does not offer EVAL (disabled with rename-command?); lockrun runs every lock operation as a Lua script".into())
     } else if lower.contains("command called from script") {
@@ -260,6 +263,14 @@ mod tests {
         assert!(refusal(&valkey, Some(SCRIPT))
             .unwrap()
             .contains("does not offer SET"));
+    }
+
+    #[test]
+    fn a_database_the_server_does_not_have() {
+        for text in ["DB index is out of range", "invalid DB index"] {
+            let why = refusal(&reply(&format!("ERR {text}")), None).unwrap();
+            assert!(why.contains("no database"), "{why}");
+        }
     }
 
     #[test]

@@ -289,6 +289,20 @@ pub fn target(url: &str, creds: &Credentials) -> Result<Target, String> {
     let invalid = |e: &dyn fmt::Display, secrets: &Secrets| {
         secrets.scrub(&format!("invalid Redis URL '{shown}': {e}"))
     };
+    // redis-rs takes a TCP URL's database from its path and ignores a `db` query parameter
+    // (`redis://h/2?db=3` used 2, `redis://h?db=3` used 0): refused rather than half-read.
+    let db_param = parts
+        .query
+        .unwrap_or("")
+        .split('&')
+        .any(|item| param_name(item.split('=').next().unwrap_or("")) == "db");
+    if TCP_SCHEMES.contains(&parts.scheme) && db_param {
+        return Err(format!(
+            "invalid Redis URL '{shown}': a {}:// URL names its database in the path \
+             ({}://host:port/3), not with ?db=",
+            parts.scheme, parts.scheme
+        ));
+    }
     let info = url
         .into_connection_info()
         .map_err(|e| invalid(&e, &secrets))?;
@@ -519,6 +533,17 @@ mod tests {
         target(url, &Credentials::default())
             .map(|t| t.shown)
             .unwrap_or_else(|e| panic!("{url}: {e}"))
+    }
+
+    #[test]
+    fn a_tcp_url_names_its_database_in_the_path_only() {
+        let creds = Credentials::default();
+        for url in ["redis://h/2?db=3", "redis://h?db=3", "rediss://h:1/0?db=0"] {
+            let err = target(url, &creds).err().unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(err.contains("names its database in the path"), "{url}: {err}");
+        }
+        assert!(target("redis://h/2", &creds).is_ok());
+        assert!(target("unix:///s.sock?db=3", &creds).is_ok());
     }
 
     #[test]

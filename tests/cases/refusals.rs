@@ -435,3 +435,22 @@ fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
     }
     drop(sentinels);
 }
+
+/// A database the server does not have (`/16` on a 16-database server) was retried for the
+/// whole --wait (30 minutes of silence in CI with --wait 30m). It is a configuration error:
+/// refused at once, like a wrong password (issue 24, item 11).
+#[test]
+fn a_database_the_server_does_not_have_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, sock) = server(dir.path(), &["--save", "", "--databases", "16"]);
+    for url in [
+        format!("unix://{}?db=16", sock.display()),
+        format!("redis+unix://{}?db=99", sock.display()),
+    ] {
+        for wait in [&[][..], &["--wait", "30s"]] {
+            let mut cmd = lockrun_at(&url);
+            cmd.args(wait).args(["k", "--", "echo", "ran"]);
+            refused(cmd, Duration::from_secs(5), &["no database", "databases"]);
+        }
+    }
+}
