@@ -60,6 +60,7 @@ fn backend(args: &Args) -> Result<Backend, String> {
             RedisLock::new(url, &access, timeout).map(|l| l.with_acks(args.acks, args.fsync))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    crate::lock::redlock::distinct(&nodes)?;
     Ok(match nodes.len() {
         1 => Backend::One(nodes.remove(0)),
         _ => Backend::Quorum(Redlock::new(nodes, timeout)),

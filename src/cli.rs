@@ -259,18 +259,8 @@ impl Connection {
                     .into(),
             );
         }
-        // The same master twice would let one server make up a "majority" of the others'
-        // votes. Only the positions are named: a URL may carry a password.
-        for (i, url) in urls.iter().enumerate() {
-            if let Some(j) = urls[..i].iter().position(|u| u.trim() == url.trim()) {
-                return Err(format!(
-                    "the same Redis URL is given twice (masters {} and {}): Redlock needs \
-                     independent masters",
-                    j + 1,
-                    i + 1
-                ));
-            }
-        }
+        // The same master twice (however it is spelled) is refused once the URLs are parsed:
+        // `lock::redlock::distinct`.
         Ok(urls)
     }
 }

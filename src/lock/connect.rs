@@ -158,6 +158,11 @@ impl Connector {
         &self.endpoint
     }
 
+    /// The servers the endpoint names (see `endpoint::server_of`).
+    pub fn servers(&self) -> Vec<String> {
+        self.endpoint.servers()
+    }
+
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()
     }

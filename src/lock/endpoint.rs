@@ -39,6 +39,51 @@ pub enum Shape {
     Cluster(Vec<ConnectionInfo>),
 }
 
+/// A server's address as the same server is written whichever way: the host lower-cased, a
+/// loopback address (`localhost`, `127.x.y.z`, `::1`) as `localhost`, IPv6 brackets off, the
+/// port always given; a unix socket by its path. Redlock's masters and a URL's sentinels must be
+/// distinct servers (one server given twice would cast two votes), and comparing URL text let
+/// `redis://h:6379`, `redis://h:6379/` and `redis://localhost:6379/0` pass for three. Names are
+/// not resolved (DNS at every start, for a check of the command line): two names for one
+/// address other than loopback still pass.
+pub fn server_of(info: &ConnectionInfo) -> String {
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase();
+            let loopback = host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            let host = if loopback {
+                "localhost".to_string()
+            } else {
+                host
+            };
+            format!("{host}:{port}")
+        }
+        ConnectionAddr::Unix(path) => std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Endpoint {
+    /// The servers this endpoint stands for, as [`server_of`] writes them: the node, the
+    /// sentinels (one Sentinel-managed primary is whichever they name), or the seeds.
+    pub fn servers(&self) -> Vec<String> {
+        match &self.shape {
+            Shape::Node(info) => vec![server_of(info)],
+            Shape::Sentinel { sentinels, .. } => sentinels.iter().map(server_of).collect(),
+            Shape::Cluster(seeds) => seeds.iter().map(server_of).collect(),
+        }
+    }
+}
+
 /// What the sentinels' password options gave (they are not the data nodes').
 pub type SentinelPassword = Option<String>;
 
@@ -129,7 +174,7 @@ pub fn parse(
             None => String::new(),
         };
         let node_info = node(&addrs[0], &db, &mut secrets)?;
-        let mut sentinels = Vec::new();
+        let mut sentinels: Vec<ConnectionInfo> = Vec::new();
         for addr in &addrs {
             let mut target = url::target(&format!("{base}://{addr}"), &Credentials::default())?;
             if let Some(p) = &sentinel_password {
@@ -138,6 +183,16 @@ pub fn parse(
                     .info
                     .clone()
                     .set_redis_settings(target.info.redis_settings().clone().set_password(p));
+            }
+            // One sentinel listed twice would answer twice, and count as two of a majority.
+            if let Some(same) = sentinels
+                .iter()
+                .find(|s| server_of(s) == server_of(&target.info))
+            {
+                return Err(bad(&format!(
+                    "the sentinel {} is listed twice",
+                    server_of(same)
+                )));
             }
             sentinels.push(target.info);
         }

@@ -102,6 +102,11 @@ impl RedisLock {
         })
     }
 
+    /// The servers this URL names, each written one way whichever way the URL spells it.
+    pub fn servers(&self) -> Vec<String> {
+        self.connector.servers()
+    }
+
     /// The URL as it may be shown to people (password redacted).
     pub fn shown(&self) -> &str {
         &self.shown

@@ -27,6 +27,28 @@ use tokio::time::Instant;
 /// so contenders that failed together do not retry together and split the votes again.
 const RETRY: Duration = Duration::from_millis(200);
 
+/// Refuses masters that are one server spelled twice (`redis://h:6379`, `redis://h:6379/0`,
+/// `redis://localhost:6379/1`): a majority made of one server's votes protects nothing. The
+/// message names the positions and the server (host and port carry no secret).
+pub fn distinct(nodes: &[RedisLock]) -> Result<(), String> {
+    let mut seen: Vec<(usize, String)> = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for server in node.servers() {
+            // Within one URL a repeated seed is harmless (sentinels are checked where parsed).
+            if let Some((j, _)) = seen.iter().find(|(j, s)| *j != i && *s == server) {
+                return Err(format!(
+                    "masters {} and {} are the same server ({server}): Redlock needs \
+                     independent masters",
+                    j + 1,
+                    i + 1
+                ));
+            }
+            seen.push((i, server));
+        }
+    }
+    Ok(())
+}
+
 pub struct Redlock {
     nodes: Vec<RedisLock>,
     /// Bound on each node's reply; well below TTL/3, so a dead node costs little of the lease.

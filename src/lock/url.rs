@@ -539,8 +539,13 @@ mod tests {
     fn a_tcp_url_names_its_database_in_the_path_only() {
         let creds = Credentials::default();
         for url in ["redis://h/2?db=3", "redis://h?db=3", "rediss://h:1/0?db=0"] {
-            let err = target(url, &creds).err().unwrap_or_else(|| panic!("{url} accepted"));
-            assert!(err.contains("names its database in the path"), "{url}: {err}");
+            let err = target(url, &creds)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(
+                err.contains("names its database in the path"),
+                "{url}: {err}"
+            );
         }
         assert!(target("redis://h/2", &creds).is_ok());
         assert!(target("unix:///s.sock?db=3", &creds).is_ok());

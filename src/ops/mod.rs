@@ -63,9 +63,12 @@ fn connect(conn: &Connection) -> Result<Vec<RedisLock>, String> {
     let urls = conn.urls()?;
     let timeout = conn.node_timeout.unwrap_or(TIMEOUT);
     let access = crate::app::access(conn)?;
-    urls.iter()
+    let nodes = urls
+        .iter()
         .map(|url| RedisLock::new(url, &access, timeout))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    crate::lock::redlock::distinct(&nodes)?;
+    Ok(nodes)
 }
 
 fn failed(e: &LockError) -> ExitCode {

@@ -292,7 +292,7 @@ fn two_urls_and_semaphores_are_refused() {
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(64), "{err}");
-    assert!(err.contains("twice"), "{err}");
+    assert!(err.contains("the same server"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!nodes[0].exists("k"), "nothing locked");
 
@@ -521,4 +521,48 @@ fn with_one_server_node_timeout_is_the_request_timeout() {
     assert_eq!(out.status.code(), Some(69), "{err}");
     // Connect + acquire + the cleanup release, 100 ms each, far below the default's seconds.
     assert!(took < Duration::from_millis(900), "{took:?}: {err}");
+}
+
+/// The same server spelled several ways counted as several masters, so one server made a
+/// "majority" (issue 24, item 12): `$U,$U/,$U/0`, `localhost` for `127.0.0.1`, a default port
+/// written out. Compared as endpoints (host, port, database), they are refused (64) before
+/// anything is locked; a Sentinel listed twice in one URL likewise.
+#[test]
+fn the_same_server_spelled_differently_is_one_master() {
+    let nodes = [Redis::start_tcp()];
+    let port = nodes[0].port.unwrap();
+    let u = format!("redis://127.0.0.1:{port}");
+    for list in [
+        format!("{u},{u}/,{u}/0"),
+        format!("{u},redis://localhost:{port},redis://LOCALHOST:{port}/0"),
+        format!("{u},redis://[::1]:{port},redis://127.0.0.1:{port}/1"),
+    ] {
+        let mut cmd = bare_lockrun();
+        cmd.args(["-r", &list, "k", "--", "echo", "ran"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{list}: {err}");
+        assert!(err.contains("the same server"), "{list}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert_eq!(stdout_of(&out), "");
+        assert!(!nodes[0].exists("k"), "nothing locked");
+    }
+    // Other databases of one server are other keyspaces, but still one server: refused too
+    // (the list above ends with /1). Distinct servers are accepted (the other tests).
+    let mut cmd = bare_lockrun();
+    cmd.args([
+        "-r",
+        "redis+sentinel://127.0.0.1:26379,localhost:26379/mymaster",
+        "k",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("listed twice"),
+        "{}",
+        stderr_of(&out)
+    );
 }
