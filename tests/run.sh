@@ -6,12 +6,16 @@
 # Fault-injection scenarios (tests/cases/faults.rs, `faults_*`): LOCKRUN_FAULTS_SEED=<n> replays a
 # run's random choices, LOCKRUN_FAULTS_SCALE=<x> multiplies the work, LOCKRUN_FAULTS_REPORT=<file>
 # collects the results table, e.g. LOCKRUN_FAULTS_SCALE=10 LOCKRUN_FAULTS_REPORT=f.md bash tests/run.sh faults_
+# The real-cron test (tests/cases/cron.rs, `cron_*`, root only): LOCKRUN_CRON_MINUTES=<n> minutes
+# observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
+# installs cron and libfaketime for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
 source tests/ensure-valkey.sh
 source tests/ensure-pytools.sh
 source tests/ensure-prometheus.sh
+source tests/ensure-cron.sh
 # The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two.
 case "${LOCKRUN_TEST_SERVER:-both}" in
