@@ -2,6 +2,7 @@ mod alerting;
 mod cluster;
 mod contention;
 mod core;
+mod cron;
 mod doctor;
 mod faults;
 mod faults_net;

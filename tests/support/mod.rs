@@ -8,6 +8,7 @@
 #![allow(dead_code)] // Each test module uses a different subset.
 
 pub mod chaos;
+pub mod cron;
 pub mod proxy;
 pub mod topology;
 

@@ -1,0 +1,798 @@
+//! Real Debian `cron` daemons as "hosts" for the crontab test (tests/cases/cron.rs): each in its
+//! own mount, UTS and PID namespace with its own spool, pid file, hostname, a mail recorder in
+//! place of `/usr/sbin/sendmail` and, when asked, a clock skew from libfaketime. Plus the pure
+//! parts: the README's crontab block made into a test crontab, the job log, `lockrun history`,
+//! the tick a run belongs to, and the results table.
+//!
+//! Nothing of the host is modified: every mount lives in the daemon's private mount namespace
+//! (and is not written to `/run/mount/utab`), every file is in a temp dir.
+
+use super::{descendants, kill, process_tree};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::os::unix::fs::{chown, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The key of the README's crontab example; each configuration runs it under its own key.
+pub const README_KEY: &str = "nightly-report";
+/// The README's job; replaced by the test's job script.
+pub const README_JOB: &str = "/usr/local/bin/report.sh";
+/// Where Debian's cron lives (the crontab test fails without it: `bash tests/ensure-cron.sh`).
+pub const CRON: &str = "/usr/sbin/cron";
+
+/// Seconds since the epoch, by the real clock.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Sleeps until the real clock reads `t` (seconds since the epoch).
+pub fn sleep_until(t: f64) {
+    let left = t - now();
+    if left > 0.0 {
+        thread::sleep(Duration::from_secs_f64(left));
+    }
+}
+
+/// `HH:MM` (UTC) of a tick, for messages.
+pub fn hhmm(tick: i64) -> String {
+    let m = tick.rem_euclid(24 * 60);
+    format!("{:02}:{:02}", m / 60, m % 60)
+}
+
+/// The tick (minute since the epoch) a run or an attempt at real time `t` belongs to: the
+/// nearest minute. Debian's cron fires at :01 of its own clock's minute plus the fraction of a
+/// second it started at; a clock skewed by up to ±25 s moves that to between -24 s and +27 s of
+/// the real minute, still nearest to it (the test's skews are ±5 s).
+pub fn tick_of(t: f64) -> i64 {
+    (t / 60.0).round() as i64
+}
+
+// ---------------------------------------------------------------------------------------------
+// The README's crontab, made into the test's.
+
+/// The first ```` ```cron ```` fenced block under the `## Crontab` heading of the README (before
+/// the next `## ` heading): the lines the docs tell people to install.
+pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
+    let mut lines = readme.lines();
+    lines
+        .by_ref()
+        .find(|l| l.trim_end() == "## Crontab")
+        .ok_or("README.md has no `## Crontab` heading")?;
+    let mut block = None;
+    for line in lines.by_ref() {
+        if line.starts_with("## ") {
+            break;
+        }
+        if line.trim_end() == "```cron" {
+            block = Some(String::new());
+            break;
+        }
+    }
+    let mut block = block.ok_or("no ```cron block under `## Crontab` in README.md")?;
+    for line in lines {
+        if line.trim_end() == "```" {
+            return Ok(block);
+        }
+        block.push_str(line);
+        block.push('\n');
+    }
+    Err("the ```cron block under `## Crontab` in README.md is not closed".into())
+}
+
+/// `NAME=value`, a crontab environment line.
+fn env_line(line: &str) -> Option<(&str, &str)> {
+    let (name, value) = line.split_once('=')?;
+    let name = name.trim();
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then_some((name, value.trim()))
+}
+
+/// The line without the options that keep the key after the job (`--every D`, `--min-hold D`,
+/// also as `--opt=D`): the control's line. `None` if it has none (the control would be the same
+/// line, proving nothing).
+pub fn without_hold(line: &str) -> Option<String> {
+    let mut out = Vec::new();
+    let mut tokens = line.split_whitespace();
+    let mut removed = false;
+    while let Some(t) = tokens.next() {
+        if t == "--" {
+            out.push(t);
+            out.extend(tokens.by_ref());
+            break;
+        }
+        if t == "--every" || t == "--min-hold" {
+            tokens.next();
+            removed = true;
+        } else if t.starts_with("--every=") || t.starts_with("--min-hold=") {
+            removed = true;
+        } else {
+            out.push(t);
+        }
+    }
+    removed.then(|| out.join(" "))
+}
+
+/// What the README's block becomes for one configuration.
+pub struct CrontabSpec<'a> {
+    /// The test server's URL, for whatever URL the block names (or added as LOCKRUN_REDIS_URL).
+    pub url: &'a str,
+    /// The configuration's key, for [`README_KEY`].
+    pub key: &'a str,
+    /// The job script, for [`README_JOB`].
+    pub job: &'a Path,
+    /// The binary under test: its directory goes first on PATH, so `lockrun` is that binary.
+    pub lockrun: &'a Path,
+    /// Instead of the README's schedule line (LOCKRUN_CRON_LINE).
+    pub line: Option<&'a str>,
+    /// The control: the line without its hold ([`without_hold`]).
+    pub control: bool,
+    /// Lines appended as they are (the mail capture check).
+    pub extra: &'a [String],
+}
+
+/// The test crontab: PATH and history lines, then the README's block with the test's URL, key,
+/// job and (when asked) line, then `extra`. Errors say what the block lacks.
+pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> {
+    let is_schedule = |l: &str| {
+        let t = l.trim();
+        !t.is_empty() && !t.starts_with('#') && env_line(t).is_none()
+    };
+    let schedules: Vec<&str> = block.lines().filter(|l| is_schedule(l)).collect();
+    if schedules.len() != 1 || !schedules[0].contains("lockrun") {
+        return Err(format!(
+            "the README's crontab block should have exactly one schedule line, running lockrun; \
+             it has {schedules:?}"
+        ));
+    }
+    let mut url_named = false;
+    let mut out = String::from(
+        "# The crontab of lockrun's cron test: README.md's crontab block with the test's Redis, key\n\
+         # and job. PATH first: `lockrun` is the binary under test. LOCKRUN_HISTORY: a long run keeps\n\
+         # every run of its key for the comparison with the job log (the default keeps about 100).\n",
+    );
+    let bin_dir = spec.lockrun.parent().unwrap();
+    writeln!(out, "PATH={}:/usr/bin:/bin", bin_dir.display()).unwrap();
+    out.push_str("LOCKRUN_HISTORY=10000\n");
+    for line in block.lines() {
+        if let Some((name, _)) = env_line(line.trim()).filter(|_| !line.starts_with('#')) {
+            if name == "LOCKRUN_REDIS_URL" {
+                url_named = true;
+                writeln!(out, "LOCKRUN_REDIS_URL={}", spec.url).unwrap();
+            } else {
+                writeln!(out, "{}", line.trim()).unwrap();
+            }
+            continue;
+        }
+        if !is_schedule(line) {
+            writeln!(out, "{line}").unwrap();
+            continue;
+        }
+        let mut sched = spec.line.unwrap_or(line).trim().to_string();
+        if !sched.starts_with("* * * * * ") {
+            return Err(format!(
+                "the crontab line {sched:?} does not run every minute: the test counts one tick a \
+                 minute"
+            ));
+        }
+        if spec.control {
+            sched = without_hold(&sched).ok_or_else(|| {
+                format!(
+                    "the crontab line {sched:?} has no --every or --min-hold to drop for the \
+                     control: without a hold the line runs the job on several hosts a minute"
+                )
+            })?;
+        }
+        let mut tokens: Vec<String> = sched.split_whitespace().map(str::to_string).collect();
+        if !tokens.iter().any(|t| t == README_KEY) {
+            return Err(format!(
+                "the crontab line {sched:?} has no key {README_KEY:?} to replace (update \
+                 README_KEY in tests/support/cron.rs)"
+            ));
+        }
+        if !tokens.iter().any(|t| t == README_JOB) {
+            return Err(format!(
+                "the crontab line {sched:?} does not run {README_JOB} (update README_JOB in \
+                 tests/support/cron.rs)"
+            ));
+        }
+        if tokens[5] != "lockrun" && !tokens[5].ends_with("/lockrun") {
+            return Err(format!(
+                "the crontab line {sched:?} does not start with lockrun"
+            ));
+        }
+        tokens[5] = "lockrun".into();
+        for t in tokens.iter_mut() {
+            if t == README_KEY {
+                *t = spec.key.into();
+            } else if t == README_JOB {
+                *t = spec.job.display().to_string();
+            } else if t.starts_with("redis://") || t.starts_with("rediss://") {
+                url_named = true;
+                *t = spec.url.into();
+            } else if let Some(v) = t.strip_prefix("--redis=") {
+                url_named |= !v.is_empty();
+                *t = format!("--redis={}", spec.url);
+            }
+        }
+        writeln!(out, "{}", tokens.join(" ")).unwrap();
+    }
+    if !url_named {
+        // The block leaves the URL to the default (redis://127.0.0.1:6379): the test's server
+        // is elsewhere. An environment line applies to every line after it, as it would there.
+        let at = out.find("LOCKRUN_HISTORY=").unwrap();
+        out.insert_str(at, &format!("LOCKRUN_REDIS_URL={}\n", spec.url));
+    }
+    for line in spec.extra {
+        writeln!(out, "{line}").unwrap();
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the runs left: the job log and `lockrun history`.
+
+/// One line of the job log: a job ran on `host` from `start` to `end` (real clock, seconds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRun {
+    pub host: String,
+    pub start: f64,
+    pub end: f64,
+}
+
+/// The job log: one `<hostname> <start> <end>` line per run.
+pub fn parse_job_log(text: &str) -> Result<Vec<JobRun>, String> {
+    text.lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let num = |s: &str| s.parse::<f64>().ok();
+            match f[..] {
+                [host, start, end] => match (num(start), num(end)) {
+                    (Some(start), Some(end)) if start <= end => Ok(JobRun {
+                        host: host.to_string(),
+                        start,
+                        end,
+                    }),
+                    _ => Err(format!("job log line {line:?}: bad times")),
+                },
+                _ => Err(format!("job log line {line:?}: not `host start end`")),
+            }
+        })
+        .collect()
+}
+
+/// One entry of `lockrun history --json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryEntry {
+    pub outcome: String,
+    pub host: String,
+    /// When it was recorded (server clock, ms): the end of a run, the attempt of a skip.
+    pub time_ms: u64,
+    /// From lockrun's start (waiting included) to `time_ms`.
+    pub duration_ms: u64,
+    pub exit_code: Option<i64>,
+}
+
+impl HistoryEntry {
+    /// When the lockrun that wrote it started (seconds).
+    pub fn start(&self) -> f64 {
+        self.time_ms.saturating_sub(self.duration_ms) as f64 / 1000.0
+    }
+}
+
+pub fn parse_history(json: &str) -> Result<Vec<HistoryEntry>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("history --json: {e}: {json:?}"))?;
+    let arr = v
+        .as_array()
+        .ok_or(format!("history --json: not a list: {json:?}"))?;
+    arr.iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().map(str::to_string);
+            let n = |k: &str| e[k].as_u64();
+            match (s("outcome"), s("host"), n("time_ms"), n("duration_ms")) {
+                (Some(outcome), Some(host), Some(time_ms), Some(duration_ms)) => Ok(HistoryEntry {
+                    outcome,
+                    host,
+                    time_ms,
+                    duration_ms,
+                    exit_code: e["exit_code"].as_i64(),
+                }),
+                _ => Err(format!(
+                    "history entry without outcome/host/time_ms/duration_ms: {e}"
+                )),
+            }
+        })
+        .collect()
+}
+
+/// How far apart a `ran` entry's start and its job-log line's may be (lockrun starting up and
+/// connecting before the job's first `date`, on a loaded machine).
+pub const MATCH_SECS: f64 = 2.0;
+
+/// Checks that `lockrun history` and the job log tell the same story: each `ran` entry (exit 0)
+/// is one job-log line of the same host starting within [`MATCH_SECS`], and no line is left
+/// over; no outcome other than `ran` and `skipped`. Returns the disagreements.
+pub fn match_history(runs: &[JobRun], history: &[HistoryEntry]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut matched = vec![false; runs.len()];
+    let ran: Vec<&HistoryEntry> = history.iter().filter(|e| e.outcome == "ran").collect();
+    for e in &ran {
+        let best = runs
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| !matched[*i] && r.host == e.host)
+            .map(|(i, r)| (i, (r.start - e.start()).abs()))
+            .filter(|(_, d)| *d <= MATCH_SECS)
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        match best {
+            Some((i, _)) => matched[i] = true,
+            None => problems.push(format!(
+                "tick {}: history has a run on {} started at {:.3} with no job-log line",
+                hhmm(tick_of(e.start())),
+                e.host,
+                e.start()
+            )),
+        }
+        if e.exit_code != Some(0) {
+            problems.push(format!(
+                "history: a run ended with exit code {:?}: {e:?}",
+                e.exit_code
+            ));
+        }
+    }
+    for (r, _) in runs.iter().zip(&matched).filter(|(_, m)| !**m) {
+        problems.push(format!(
+            "tick {}: job-log line {} {:.3} has no `ran` entry in the history",
+            hhmm(tick_of(r.start)),
+            r.host,
+            r.start
+        ));
+    }
+    if ran.len() != runs.len() {
+        problems.push(format!(
+            "{} `ran` entries in the history, {} job-log lines",
+            ran.len(),
+            runs.len()
+        ));
+    }
+    for e in history
+        .iter()
+        .filter(|e| e.outcome != "ran" && e.outcome != "skipped")
+    {
+        problems.push(format!(
+            "history: unexpected outcome {:?}: {e:?}",
+            e.outcome
+        ));
+    }
+    problems
+}
+
+/// Runs per tick → number of ticks, over `ticks` (a tick without runs counts as 0).
+pub fn histogram(runs: &[JobRun], ticks: &BTreeSet<i64>) -> BTreeMap<usize, usize> {
+    let mut per_tick: BTreeMap<i64, usize> = ticks.iter().map(|t| (*t, 0)).collect();
+    for r in runs {
+        if let Some(n) = per_tick.get_mut(&tick_of(r.start)) {
+            *n += 1;
+        }
+    }
+    let mut hist = BTreeMap::new();
+    for n in per_tick.values() {
+        *hist.entry(*n).or_insert(0) += 1;
+    }
+    hist
+}
+
+/// One row of the results table.
+#[derive(Clone)]
+pub struct Row {
+    pub configuration: String,
+    pub minutes: usize,
+    pub histogram: BTreeMap<usize, usize>,
+    pub mails: String,
+}
+
+/// The results table (markdown), after a caption line.
+pub fn table(caption: &str, rows: &[Row]) -> String {
+    let mut t = format!(
+        "{caption}\n\n| configuration | minutes observed | runs per minute (runs: minutes) | mails |\n|---|---|---|---|\n"
+    );
+    for r in rows {
+        writeln!(
+            t,
+            "| {} | {} | {:?} | {} |",
+            r.configuration, r.minutes, r.histogram, r.mails
+        )
+        .unwrap();
+    }
+    t
+}
+
+// ---------------------------------------------------------------------------------------------
+// The daemons.
+
+/// The tools the test needs, found or the test fails saying how to get them (never skips).
+pub struct Tools {
+    pub libfaketime: PathBuf,
+}
+
+pub fn preflight() -> Tools {
+    // SAFETY: geteuid(2) has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the cron test runs real cron daemons, each in its own mount namespace with bind mounts \
+         over /var/spool/cron, /etc/crontab, /run and /usr/sbin: that takes root. Run it as root \
+         (the CI container is), e.g. `sudo -E cargo test --test lockrun cron_`"
+    );
+    for (tool, package) in [
+        ("unshare", "util-linux"),
+        ("mount", "mount"),
+        ("hostname", "hostname"),
+    ] {
+        let found = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+            .iter()
+            .any(|d| Path::new(d).join(tool).is_file());
+        assert!(
+            found,
+            "{tool} not found: the cron test needs it (Debian/Ubuntu: apt-get install {package})"
+        );
+    }
+    assert!(
+        Path::new(CRON).is_file(),
+        "{CRON} not found: the cron test runs Debian's cron daemon. `bash tests/ensure-cron.sh` \
+         installs it (and libfaketime) without starting the host's cron service"
+    );
+    let libfaketime = std::env::var_os("LOCKRUN_TEST_LIBFAKETIME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::fs::read_dir("/usr/lib")
+                .ok()?
+                .flatten()
+                .map(|d| d.path().join("faketime/libfaketime.so.1"))
+                .find(|p| p.is_file())
+        })
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "libfaketime.so.1 not found under /usr/lib/*/faketime/: the cron test skews the \
+                 daemons' clocks with it. `bash tests/ensure-cron.sh` installs it (Debian/Ubuntu: \
+                 apt-get install libfaketime), or point LOCKRUN_TEST_LIBFAKETIME at the library"
+            )
+        });
+    Tools { libfaketime }
+}
+
+/// The gid of Debian's `crontab` group (crontab(1) gives the spool and each crontab to it), or
+/// root's where there is none: cron itself checks only the owner and the mode.
+fn crontab_gid() -> u32 {
+    std::fs::read_to_string("/etc/group")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 3 && f[0] == "crontab").then(|| f[2].parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// A directory holding `sendmail`, a script that keeps each mail cron sends (its stdin) as a file
+/// in `maildir`. Laid over `/usr/sbin` inside each daemon's namespace (see [`CronDaemon`]).
+pub fn sendmail_layer(dir: &Path, maildir: &Path) -> PathBuf {
+    let layer = dir.join("sendmail-layer");
+    std::fs::create_dir_all(&layer).unwrap();
+    std::fs::create_dir_all(maildir).unwrap();
+    let script = layer.join("sendmail");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             # Stands in for /usr/sbin/sendmail in a test cron daemon's namespace: cron mails a \
+             job's output through it (arguments such as -t -oi are ignored). One file per mail.\n\
+             cat > '{}'/\"$(uname -n).$$.$(date +%s%N)\"\n",
+            maildir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    layer
+}
+
+/// The mails a configuration's daemons sent (contents, oldest name first).
+pub fn mails(maildir: &Path) -> Vec<String> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(maildir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect()
+}
+
+/// What a daemon is given.
+pub struct DaemonSpec<'a> {
+    /// Its own directory (spool, /run, files); created.
+    pub dir: PathBuf,
+    pub host: String,
+    /// The user crontab of root.
+    pub crontab: &'a str,
+    /// From [`sendmail_layer`].
+    pub sendmail_layer: &'a Path,
+    /// The daemon's clock minus the real one, in seconds (0: no libfaketime at all).
+    pub skew_s: i32,
+    pub libfaketime: &'a Path,
+}
+
+/// A real `cron -f` as a host: `unshare -m -u -p -f --kill-child --mount-proc` runs a start
+/// script that mounts the daemon's own files over the host's and execs cron. Dropping it (also
+/// while a panic unwinds) kills the daemon and every process of its PID namespace.
+pub struct CronDaemon {
+    pub host: String,
+    pub skew_s: i32,
+    pub dir: PathBuf,
+    unshare: Child,
+    /// cron's pid (as the host sees it), the child of `unshare`, once it is running.
+    cron: Option<u32>,
+    /// cron's PID namespace (`pid:[inode]`): no process may be left in it at the end.
+    pid_ns: Option<String>,
+}
+
+impl CronDaemon {
+    /// Sets up the daemon's files and starts it (not waiting: see [`CronDaemon::wait_ready`]).
+    pub fn start(spec: &DaemonSpec) -> CronDaemon {
+        let d = &spec.dir;
+        let mkdir = |p: &Path, mode: u32| {
+            std::fs::create_dir_all(p).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        // The spool as Debian's package and crontab(1) make it: crontabs/ root:crontab 1730, the
+        // user crontab named after the user, owned by root (cron: "WRONG FILE OWNER" otherwise),
+        // mode 0600 ("INSECURE MODE (mode 0600 expected)"), one link, ending in a newline
+        // ("Missing newline before EOF, this crontab file will be ignored").
+        let spool = d.join("spool");
+        mkdir(&spool, 0o755);
+        let crontabs = spool.join("crontabs");
+        mkdir(&crontabs, 0o1730);
+        let gid = crontab_gid();
+        chown(&crontabs, Some(0), Some(gid)).unwrap();
+        let tab = crontabs.join("root");
+        assert!(spec.crontab.ends_with('\n'));
+        std::fs::write(&tab, spec.crontab).unwrap();
+        std::fs::set_permissions(&tab, std::fs::Permissions::from_mode(0o600)).unwrap();
+        chown(&tab, Some(0), Some(gid)).unwrap();
+        // An empty /etc/crontab and /etc/cron.d: the daemon must run the test's crontab only, not
+        // the host's run-parts of cron.hourly and friends (nor any package's /etc/cron.d file).
+        let etc_crontab = d.join("etc-crontab");
+        std::fs::write(&etc_crontab, "").unwrap();
+        std::fs::set_permissions(&etc_crontab, std::fs::Permissions::from_mode(0o644)).unwrap();
+        mkdir(&d.join("cron.d"), 0o755);
+        // Its own /run: cron writes /run/crond.pid (and refuses to start when another daemon
+        // holds the host's) and /run/crond.reboot (the @reboot marker) there.
+        mkdir(&d.join("run"), 0o755);
+        std::fs::write(d.join("empty"), "").unwrap();
+        let q = |p: &Path| format!("'{}'", p.display());
+        let faketime = match spec.skew_s {
+            0 => String::new(),
+            s => format!(
+                "# This daemon's clock runs {s:+} s off the real one: libfaketime, preloaded into cron\n\
+                 # only. cron does not pass its own environment to its jobs, so the job (and lockrun)\n\
+                 # read the real clock, and the job log's real start times show when this daemon fired.\n\
+                 export LD_PRELOAD={} FAKETIME='{s:+}s'\n",
+                q(spec.libfaketime)
+            ),
+        };
+        let script = format!(
+            "#!/bin/sh\n\
+             # Host {host} of the cron test, run by `unshare -m -u -p -f --mount-proc`: a mount, UTS\n\
+             # and PID namespace of its own, whose mounts are private (none propagates to the host).\n\
+             set -e\n\
+             # -n: mount(8) would otherwise record each mount in /run/mount/utab, creating that file\n\
+             # on the host's /run. /run first: the daemon's pid file and @reboot marker go there.\n\
+             mount -n --bind {run} /run\n\
+             # The spool with the test's user crontab, and empty system crontabs.\n\
+             mount -n --bind {spool} /var/spool/cron\n\
+             mount -n --bind {etc_crontab} /etc/crontab\n\
+             mount -n --bind {crond} /etc/cron.d\n\
+             # cron mails a job's output through /usr/sbin/sendmail: a read-only overlay puts the\n\
+             # recorder's directory above the real /usr/sbin (whose files stay visible below it).\n\
+             mount -n -t overlay overlay -o lowerdir={layer}:/usr/sbin /usr/sbin\n\
+             # cron logs to syslog: a host's syslog socket must not receive the test daemons' lines\n\
+             # (on systemd hosts /dev/log points into /run/systemd, already hidden by /run above).\n\
+             if [ -S /dev/log ]; then mount -n --bind {empty} /dev/log; fi\n\
+             # The hostname lockrun records and the job logs, in this UTS namespace only.\n\
+             hostname {host}\n\
+             {faketime}\
+             # -f: stay in the foreground, the test's child. -L 0: log errors only (to nowhere).\n\
+             exec {CRON} -f -L 0\n",
+            host = spec.host,
+            run = q(&d.join("run")),
+            spool = q(&spool),
+            etc_crontab = q(&etc_crontab),
+            crond = q(&d.join("cron.d")),
+            layer = q(spec.sendmail_layer),
+            empty = q(&d.join("empty")),
+        );
+        let start = d.join("start.sh");
+        std::fs::write(&start, script).unwrap();
+        let err = std::fs::File::create(d.join("daemon.err")).unwrap();
+        let mut cmd = Command::new("unshare");
+        // -p -f --mount-proc: cron is PID 1 of a namespace of its own (with a /proc to match, for
+        // lockrun's own /proc reads). When such an init dies the kernel kills every process in
+        // the namespace, so a job cannot outlive its daemon. --kill-child: unshare stays as
+        // cron's parent and cron gets SIGKILL when unshare dies. (-m gives private propagation.)
+        cmd.args([
+            "-m",
+            "-u",
+            "-p",
+            "-f",
+            "--kill-child=SIGKILL",
+            "--mount-proc",
+        ])
+        .args(["--propagation", "private", "sh"])
+        .arg(&start)
+        // cron starts with an init's bare environment: nothing of the test's (LOCKRUN_*,
+        // RUST_*) reaches it, and its jobs get only what the crontab sets.
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(err.try_clone().unwrap())
+        .stderr(err);
+        // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec. With
+        // PR_SET_PDEATHSIG unshare gets SIGKILL when the thread that started it ends, so the
+        // daemons die with their configuration's thread (and with the whole test process, even
+        // one killed without unwinding), and unshare's --kill-child takes cron with it.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let unshare = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start unshare for {}: {e}", spec.host));
+        CronDaemon {
+            host: spec.host.clone(),
+            skew_s: spec.skew_s,
+            dir: spec.dir.clone(),
+            unshare,
+            cron: None,
+            pid_ns: None,
+        }
+    }
+
+    /// What the daemon printed (unshare, mount and cron errors).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.err")).unwrap_or_default()
+    }
+
+    /// Waits (until `deadline`, real clock) for cron to run: its pid file written and the
+    /// process named cron.
+    pub fn wait_ready(&mut self, deadline: f64) -> Result<(), String> {
+        let pidfile = self.dir.join("run/crond.pid");
+        loop {
+            if let Some(status) = self.unshare.try_wait().unwrap() {
+                return Err(format!(
+                    "{}: the daemon exited at start ({status}): {}",
+                    self.host,
+                    self.stderr()
+                ));
+            }
+            let kid = descendants(self.unshare.id()).first().copied();
+            let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm"));
+            let written = std::fs::read_to_string(&pidfile).is_ok_and(|s| !s.trim().is_empty());
+            if let Some(pid) = kid.filter(|p| written && comm(*p).is_ok_and(|c| c.trim() == "cron"))
+            {
+                self.cron = Some(pid);
+                self.pid_ns = std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                    .ok()
+                    .map(|p| p.display().to_string());
+                return Ok(());
+            }
+            if now() > deadline {
+                return Err(format!(
+                    "{}: cron not running in time; {}",
+                    self.host,
+                    self.stderr()
+                ));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Still running?
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        match self.unshare.try_wait().unwrap() {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{}: the cron daemon exited ({status}): {}",
+                self.host,
+                self.stderr()
+            )),
+        }
+    }
+
+    /// Lets running jobs finish (cron has no children left: its per-job children wait for the
+    /// job and send its mail), for at most `patience`, then kills the daemon and checks that no
+    /// process is left in its PID namespace. Returns what went wrong.
+    pub fn stop(&mut self, patience: Duration) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(cron) = self.cron {
+            let start = std::time::Instant::now();
+            while !descendants(cron).is_empty() {
+                if start.elapsed() > patience {
+                    problems.push(format!(
+                        "{}: jobs still running {patience:?} after the last tick, killed:\n{}",
+                        self.host,
+                        process_tree(cron, 0)
+                    ));
+                    break;
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        problems.extend(self.kill());
+        problems
+    }
+
+    /// SIGKILL to cron (a PID namespace's init ignores SIGTERM unless it handles it, and Debian's
+    /// cron does not): the kernel then kills the rest of its namespace, unshare reaps cron and
+    /// exits, and the test reaps unshare, so no zombie is left either.
+    fn kill(&mut self) -> Vec<String> {
+        // cron's pid is still cron's while unshare, its parent, has not reaped it; otherwise
+        // (cron gone or never seen) SIGKILL to unshare reaches cron through --kill-child.
+        let unshare_running = matches!(self.unshare.try_wait(), Ok(None));
+        match self.cron.take() {
+            Some(pid) if unshare_running => kill(pid, libc::SIGKILL),
+            _ => {
+                let _ = self.unshare.kill();
+            }
+        }
+        if super::wait_timeout(&mut self.unshare, Duration::from_secs(10)).is_none() {
+            let _ = self.unshare.kill();
+            let _ = self.unshare.wait();
+        }
+        let Some(ns) = self.pid_ns.take() else {
+            return Vec::new();
+        };
+        // Every process of the namespace is gone once its init is reaped; look, to be sure.
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter(|e| {
+                std::fs::read_link(e.path().join("ns/pid"))
+                    .is_ok_and(|p| p.display().to_string() == ns)
+            })
+            .map(|e| process_tree(e.file_name().to_string_lossy().parse().unwrap(), 0))
+            .collect();
+        if left.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "{}: processes left in the daemon's PID namespace:\n{}",
+                self.host,
+                left.concat()
+            )]
+        }
+    }
+}
+
+impl Drop for CronDaemon {
+    fn drop(&mut self) {
+        if self.unshare.try_wait().ok().flatten().is_none() || self.cron.is_some() {
+            self.kill();
+        }
+    }
+}
