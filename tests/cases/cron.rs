@@ -92,10 +92,10 @@ const FRACTIONS: [f64; 3] = [0.05, 0.45, 0.85];
 /// it and the recorder must keep it (a "no mail" result means nothing otherwise).
 const MAIL_CHECK: &str = "lockrun-cron-mail-capture-check";
 
-/// A fire belongs to its daemon when it lies this far after the minute by the daemon's clock
-/// (`offset + skew`): Debian's cron fires at :01 plus the fraction it started at, which creeps
-/// later by the daemon's work each minute and wraps around within the second; plus lockrun
-/// starting. The test's skews are 5 s apart, so a daemon without its skew stands out.
+/// A fire belongs to its daemon when lockrun started this far after the minute by the daemon's
+/// clock (`offset + skew`): Debian's cron fires within second :01 (at a fraction that wanders,
+/// see [`FRACTIONS`]), plus lockrun starting on a loaded machine. The test's skews are 5 s
+/// apart, so a daemon whose clock is not skewed as asked stands out.
 const FIRE_WINDOW: (f64, f64) = (0.5, 4.0);
 
 /// What one configuration found.
