@@ -80,6 +80,10 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
         every: args.every,
     };
     record.every = args.every;
+    if args.command[0].is_empty() {
+        error!("the command name is empty: nothing to run");
+        return ExitCode::Usage;
+    }
     let hold = match args.hold() {
         Ok(hold) => hold,
         Err(msg) => {
@@ -270,6 +274,7 @@ fn unavailable(e: &LockError) -> ExitCode {
     match e {
         LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
         LockError::Misuse(_) => ExitCode::Usage,
+        LockError::Local(_) => ExitCode::OsError,
     }
 }
 

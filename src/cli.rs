@@ -410,9 +410,20 @@ fn parse_limit(s: &str) -> Result<u32, String> {
     parse_bounded(s, 1, 100_000, "--limit").map(|n| n as u32)
 }
 
+/// The longest key: the command gets it as `LOCKRUN_KEY=<key>`, and Linux takes no
+/// environment entry longer than 128 KiB with its NUL (MAX_ARG_STRLEN).
+const MAX_KEY: usize = 128 * 1024 - "LOCKRUN_KEY=".len() - 1;
+
 fn parse_key(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         return Err("the lock key must not be empty".into());
+    }
+    if s.len() > MAX_KEY {
+        return Err(format!(
+            "the lock key is {} bytes: at most {MAX_KEY}, since the command gets it as \
+             LOCKRUN_KEY and Linux takes no longer environment entry",
+            s.len()
+        ));
     }
     // lockrun's own keys (fencing counter, waiter queue) live under this prefix; a lock there
     // could be, or corrupt, another lock's bookkeeping.
@@ -659,13 +670,24 @@ fn json_wanted(argv: &[OsString]) -> bool {
 
 /// clap's errors span several lines (problem, usage, hint); cron mail and log pipelines want
 /// one. Keep the first paragraph, joined, and point at --help.
+/// Long values are cut (clap quotes the value it refused, and a key can be 100 KiB).
 fn one_line(rendered: &str) -> String {
+    const MOST: usize = 400;
     let first: Vec<&str> = rendered
         .lines()
         .take_while(|l| !l.trim().is_empty())
         .map(str::trim)
         .collect();
-    first.join(" ")
+    let line = first.join(" ");
+    if line.chars().count() <= MOST {
+        return line;
+    }
+    let head: String = line.chars().take(MOST / 2).collect();
+    let tail: String = {
+        let rev: String = line.chars().rev().take(MOST / 2).collect();
+        rev.chars().rev().collect()
+    };
+    format!("{head}…{tail}")
 }
 
 /// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: the

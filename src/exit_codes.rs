@@ -33,6 +33,8 @@ pub enum ExitCode {
     Aborted(i32),
     /// lockrun's own output could not be written (a full disk; EX_IOERR).
     IoError,
+    /// A limit of this machine stopped lockrun: no process or descriptor left (EX_OSERR).
+    OsError,
 }
 
 impl ExitCode {
@@ -45,6 +47,7 @@ impl ExitCode {
             ExitCode::Unavailable => 69,
             ExitCode::Internal => 70,
             ExitCode::IoError => 74,
+            ExitCode::OsError => 71,
             ExitCode::NotExecutable => 126,
             ExitCode::NotFound => 127,
         }
@@ -80,6 +83,7 @@ mod tests {
         assert_eq!(ExitCode::Unavailable.code(), 69);
         assert_eq!(ExitCode::Internal.code(), 70);
         assert_eq!(ExitCode::IoError.code(), 74);
+        assert_eq!(ExitCode::OsError.code(), 71);
         assert_eq!(ExitCode::NotExecutable.code(), 126);
         assert_eq!(ExitCode::NotFound.code(), 127);
         assert_eq!(ExitCode::Aborted(2).code(), 130);

@@ -154,8 +154,17 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| {
-            tracing::error!("cannot start the async runtime: {e}");
-            ExitCode::Internal
-        })
+        .map_err(
+            |e| match lock::errors::local_limit_of(e.raw_os_error(), "") {
+                // Its epoll and event descriptors are lockrun's first: a descriptor limit shows here.
+                Some(why) => {
+                    tracing::error!("cannot start: {why}");
+                    ExitCode::OsError
+                }
+                None => {
+                    tracing::error!("cannot start the async runtime: {e}");
+                    ExitCode::Internal
+                }
+            },
+        )
 }

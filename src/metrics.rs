@@ -43,6 +43,7 @@ pub fn outcome_of(code: ExitCode, lost: bool, interrupted: bool) -> Outcome {
         | ExitCode::Unavailable
         | ExitCode::Internal
         | ExitCode::IoError
+        | ExitCode::OsError
         | ExitCode::NotExecutable
         | ExitCode::NotFound => Outcome::Error,
         ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,

@@ -36,8 +36,10 @@ pub struct Setup {
 /// Why the command did not start.
 #[derive(Debug)]
 pub enum Failure {
-    /// exec (or a step before it) failed with this error.
+    /// exec (or a step in the child before it) failed with this error.
     Os(io::Error),
+    /// No child could be made (clone(2) or its stack failed): a limit of this machine.
+    Start(io::Error),
     /// `start_by` had passed when the child was about to exec.
     Expired,
 }
@@ -152,7 +154,7 @@ pub fn spawn(argv: &[OsString], env: &[(&str, String)], setup: &Setup) -> Result
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
     if pid < 0 {
-        return Err(Failure::Os(clone_error));
+        return Err(Failure::Start(clone_error));
     }
     // SAFETY: the child wrote `failed` before exiting; CLONE_VFORK ordered that before this.
     let failed = unsafe { ptr::read_volatile(ptr::addr_of!(shared.failed)) };
@@ -283,12 +285,12 @@ impl Stack {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(Failure::Os(io::Error::last_os_error()));
+            return Err(Failure::Start(io::Error::last_os_error()));
         }
         let stack = Stack { base, len };
         // SAFETY: the lowest page of the mapping made above.
         if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
-            return Err(Failure::Os(io::Error::last_os_error()));
+            return Err(Failure::Start(io::Error::last_os_error()));
         }
         Ok(stack)
     }

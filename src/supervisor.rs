@@ -57,8 +57,11 @@ fn missing_interpreter(program: &std::ffi::OsStr) -> Option<String> {
     let n = std::fs::File::open(&path).ok()?.read(&mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    // The kernel ends the interpreter's path at a space or a tab only: a CR (a script saved with
+    // Windows line endings) is part of it, and is why it was not found.
     let interp = String::from_utf8_lossy(line)
-        .split_whitespace()
+        .trim_start_matches([' ', '\t'])
+        .split([' ', '\t'])
         .next()?
         .to_string();
     (!std::path::Path::new(&interp).exists()).then_some(interp)
@@ -68,6 +71,8 @@ fn missing_interpreter(program: &std::ffi::OsStr) -> Option<String> {
 pub enum SpawnError {
     NotFound(String),
     NotExecutable(String),
+    /// No process could be made for the command (the process limit, no memory).
+    NoProcess(String),
     /// The `start_by` moment had passed when the command was about to be executed.
     LeaseExpired,
 }
@@ -77,6 +82,7 @@ impl SpawnError {
         match self {
             SpawnError::NotFound(_) => ExitCode::NotFound,
             SpawnError::NotExecutable(_) => ExitCode::NotExecutable,
+            SpawnError::NoProcess(_) => ExitCode::OsError,
             SpawnError::LeaseExpired => ExitCode::Internal,
         }
     }
@@ -85,7 +91,9 @@ impl SpawnError {
 impl std::fmt::Display for SpawnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SpawnError::NotFound(m) | SpawnError::NotExecutable(m) => f.write_str(m),
+            SpawnError::NotFound(m) | SpawnError::NotExecutable(m) | SpawnError::NoProcess(m) => {
+                f.write_str(m)
+            }
             SpawnError::LeaseExpired => {
                 f.write_str("the lease expired before the command could start")
             }
@@ -201,11 +209,28 @@ impl Job {
             spawn::Failure::Expired => SpawnError::LeaseExpired,
             spawn::Failure::Os(e) if e.kind() == io::ErrorKind::NotFound => {
                 SpawnError::NotFound(match missing_interpreter(&argv[0]) {
+                    Some(interp) if interp.ends_with('\r') => format!(
+                        "cannot run {program}: its interpreter {} (named on its #! line) was not found: the script has Windows line endings (CRLF; convert it, e.g. with dos2unix)",
+                        crate::logging::escape_controls(&interp)
+                    ),
                     Some(interp) => format!(
-                        "cannot run {program}: its interpreter {interp} (named on its #! line) was not found"
+                        "cannot run {program}: its interpreter {} (named on its #! line) was not found",
+                        crate::logging::escape_controls(&interp)
                     ),
                     None => format!("command not found: {program}"),
                 })
+            }
+            spawn::Failure::Start(e) => SpawnError::NoProcess(match e.raw_os_error() {
+                Some(libc::EAGAIN) => format!(
+                    "cannot start {program}: the process limit is reached (fork: {e}; see ulimit -u)"
+                ),
+                _ => format!("cannot start {program}: no process could be made ({e})"),
+            }),
+            spawn::Failure::Os(e) if e.raw_os_error() == Some(libc::E2BIG) => {
+                SpawnError::NotExecutable(format!(
+                    "cannot execute {program}: its arguments and environment (LOCKRUN_KEY among \
+                     them) are larger than the kernel takes ({e})"
+                ))
             }
             spawn::Failure::Os(e) => {
                 SpawnError::NotExecutable(format!("cannot execute {program}: {e}"))

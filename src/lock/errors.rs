@@ -80,6 +80,30 @@ pub fn refusal(e: &RedisError, script: Option<&str>) -> Option<String> {
     }
 }
 
+/// A limit of this machine behind a failed connection or request, said with what to raise;
+/// None when the server or the network is to blame. Matched on the OS error number, or on
+/// redis-rs's rendering of it where it kept only the text.
+pub fn local_limit(e: &RedisError) -> Option<String> {
+    let errno = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error);
+    local_limit_of(errno, &e.to_string())
+}
+
+/// [`local_limit`] of an OS error number or a message.
+pub fn local_limit_of(errno: Option<i32>, text: &str) -> Option<String> {
+    let is = |n: i32| errno == Some(n) || text.contains(&format!("(os error {n})"));
+    if is(libc::EMFILE) {
+        Some("this process may open no more files or sockets (EMFILE, Too many open files): raise its limit (ulimit -n)".into())
+    } else if is(libc::ENFILE) {
+        Some("the system may open no more files (ENFILE): raise fs.file-max or close files".into())
+    } else if is(libc::ENOMEM) || is(libc::ENOBUFS) {
+        Some("out of memory for a socket (ENOMEM/ENOBUFS)".into())
+    } else {
+        None
+    }
+}
+
 /// The command on the script line an error names (`… on @user_script:119.`), upper-cased.
 fn scripted_command(text: &str, script: Option<&str>) -> Option<String> {
     // Valkey names the command itself: "… no permissions to run the 'set' command …".

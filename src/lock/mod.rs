@@ -205,14 +205,18 @@ pub enum LockError {
     /// needs) or is no Redis at all: a configuration mistake, reported like "unavailable" (69)
     /// but never retried, since waiting does not fix it.
     Refused(String),
+    /// A limit of this machine, not the server, stopped the request (no descriptor or memory
+    /// left for a socket): exit 71, and not waited out as an outage.
+    Local(String),
 }
 
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Unavailable(m) | LockError::Misuse(m) | LockError::Refused(m) => {
-                f.write_str(m)
-            }
+            LockError::Unavailable(m)
+            | LockError::Misuse(m)
+            | LockError::Refused(m)
+            | LockError::Local(m) => f.write_str(m),
         }
     }
 }

@@ -231,6 +231,9 @@ impl RedisLock {
     /// command inside the script that the server would not run.
     fn failure(&self, e: &redis::RedisError, script: Option<&str>) -> LockError {
         let scrub = |m: String| self.secrets.scrub(&m);
+        if let Some(why) = super::errors::local_limit(e) {
+            return self.local(&why);
+        }
         match refusal(e, script) {
             Some(why) => LockError::Refused(scrub(format!(
                 "Redis at {} refused lockrun: {why}",
@@ -264,10 +267,22 @@ impl RedisLock {
         match fail {
             Fail::Redis(e) => self.unavailable(&e),
             Fail::Refused(m) => LockError::Refused(scrub(m)),
-            Fail::Unavailable(m) => {
-                LockError::Unavailable(scrub(format!("Redis at {} unavailable: {m}", self.shown)))
-            }
+            Fail::Unavailable(m) => match super::errors::local_limit_of(None, &m) {
+                Some(why) => self.local(&why),
+                None => LockError::Unavailable(scrub(format!(
+                    "Redis at {} unavailable: {m}",
+                    self.shown
+                ))),
+            },
         }
+    }
+
+    /// A limit of this machine kept lockrun from reaching the server.
+    fn local(&self, why: &str) -> LockError {
+        LockError::Local(
+            self.secrets
+                .scrub(&format!("cannot reach Redis at {}: {why}", self.shown)),
+        )
     }
 
     fn timed_out(&self, what: &str) -> LockError {

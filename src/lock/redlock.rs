@@ -76,13 +76,19 @@ impl<T> Tally<T> {
         Some(self.failed.swap_remove(i).1)
     }
 
-    /// The failure to report when the majority was not reached: a refusal first (it says what
-    /// to fix and must not be retried), else the first unknown outcome.
+    /// The failure to report when the majority was not reached: a local limit or a refusal
+    /// first (they say what to fix and must not be retried), else the first unknown outcome.
     fn worst(&self) -> Option<&LockError> {
         self.failed
             .iter()
             .map(|(_, e)| e)
-            .find(|e| matches!(e, LockError::Refused(_)))
+            .find(|e| matches!(e, LockError::Local(_)))
+            .or_else(|| {
+                self.failed
+                    .iter()
+                    .map(|(_, e)| e)
+                    .find(|e| matches!(e, LockError::Refused(_)))
+            })
             .or_else(|| self.failed.first().map(|(_, e)| e))
     }
 }
@@ -305,6 +311,7 @@ impl LockService for Redlock {
         let msg = self.no_majority("granted the lock", granted, t.worst());
         Err(match t.worst() {
             Some(LockError::Refused(_)) => LockError::Refused(msg),
+            Some(LockError::Local(_)) => LockError::Local(msg),
             _ => LockError::Unavailable(msg),
         })
     }

@@ -76,6 +76,7 @@ fn failed(e: &LockError) -> ExitCode {
     match e {
         LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
         LockError::Misuse(_) => ExitCode::Usage,
+        LockError::Local(_) => ExitCode::OsError,
     }
 }
 

@@ -19,6 +19,7 @@ mod safety;
 mod schedule;
 mod secrets;
 mod sentinel;
+mod start_failures;
 pub(crate) mod supervision;
 mod topology;
 mod valkey;
