@@ -226,10 +226,24 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
         let lost = record.lost || code == ExitCode::LockLost;
         let outcome = crate::metrics::outcome_of(code, lost, signals.interrupted().is_some());
         let note = note(outcome, Some(code), started);
-        release(&mut lock, &spec, &lease, keep, Some(&note)).await;
+        if release(&mut lock, &spec, &lease, keep, Some(&note)).await == Released::Gone {
+            // The key was gone or another holder's before the release: the job ran without
+            // the lock for a while, like a loss a renewal finds. Its history entry says so
+            // already (the release script recorded `lost`); the metrics say the same.
+            record.lost = true;
+        }
         record.held += acquired_at.elapsed();
         return code;
     }
+}
+
+/// What a release found.
+#[derive(Debug, PartialEq, Eq)]
+enum Released {
+    /// Deleted, kept for the hold, or failed (the TTL frees it).
+    Done,
+    /// The key was no longer ours: lost while the job ran.
+    Gone,
 }
 
 /// How to reach and authenticate to the server(s), from the options and the environment.
@@ -435,7 +449,7 @@ async fn release<L: LockService>(
     lease: &Lease,
     keep: Duration,
     note: Option<&Note>,
-) {
+) -> Released {
     debug!(key = %spec.key, "releasing redis lock");
     let mut result = lock.release(spec, lease, keep, note).await;
     let mut retried = false;
@@ -460,6 +474,11 @@ async fn release<L: LockService>(
         Ok(Release::Kept(d)) => {
             info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept for the rest of the hold)")
         }
+        // After a job: it ran without the lock for a while (`app::run` makes the run `lost`).
+        Ok(Release::NotOwner) if note.is_some_and(|n| n.outcome == Outcome::Ran) => {
+            error!(key = %spec.key, "redis lock lost: the key was gone or another holder's at release (expired, or deleted by release --force); the job ran without it for a while");
+            return Released::Gone;
+        }
         Ok(Release::NotOwner) => {
             warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")
         }
@@ -467,4 +486,5 @@ async fn release<L: LockService>(
             warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL")
         }
     }
+    Released::Done
 }

@@ -58,12 +58,15 @@ local DAY_US = 86400000000
 -- clock in microseconds. So when the counter vanishes (a restart without persistence, a failover
 -- to a lagging replica, a restored snapshot) numbers resume above every one handed out before,
 -- provided the server's clock has not gone back by more than the time since that number.
+-- The counter itself expires 40 days after the key's last lock, with the key's history: a
+-- per-pipeline name (`deploy-$BRANCH`) leaves nothing behind for good, and since every number is
+-- floored by the server clock, the next lock after that still gets a larger one.
 -- The first lock of a (UTC) day also moves the history stream's expiry (`h`, if it exists)
 -- 40 days ahead: the releases that follow append to it without touching its expiry (see `note`),
 -- so the stream is gone 39 to 40 days after the key's last run, for one command a day.
 local function next_fence(f, counter, us, h)
   local n = math.max(counter + 1, us)
-  redis.call('SET', f, string.format('%.0f', n))
+  redis.call('SET', f, string.format('%.0f', n), 'PX', HISTORY_MS)
   if math.floor(counter / DAY_US) ~= math.floor(n / DAY_US) then
     redis.pcall('PEXPIRE', h, HISTORY_MS)
   end

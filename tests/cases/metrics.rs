@@ -562,3 +562,47 @@ fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
     );
     assert!(ma.get("lockrun_job_last_start_timestamp_seconds") >= started - 1.0);
 }
+
+/// `release --force` during a 1.5 s job (TTL 30 s, so no renewal notices): the history said
+/// `lost`, the metrics file `ran`, exit 0, and the lost-lock alert never fired (issue 24, item
+/// 15). A run whose release finds its key gone lost its lock while the job ran: `lost` in the
+/// log, the history and the metrics alike; the exit code is the job's own (it ran to its end,
+/// as with --on-lost continue).
+#[test]
+fn metrics_a_key_gone_at_release_is_lost_everywhere() {
+    let redis = Redis::start();
+    let (dir, path) = metrics_dir();
+    let mut cmd = lockrun(&redis);
+    cmd.arg("--metrics-file")
+        .arg(&path)
+        .args(["forced", "--", "sh", "-c", "sleep 1.5; exit 3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    let mut force = bare_lockrun();
+    force
+        .args(["release", "--force", "-r"])
+        .arg(redis.url())
+        .arg("forced");
+    assert_eq!(run(force).status.code(), Some(0));
+    let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+    let err = lines.rest();
+    assert_eq!(status.code(), Some(3), "the job's own code: {err}");
+    assert!(err.contains("ERROR redis lock lost"), "{err}");
+    assert_only_the_file(dir.path());
+    Metrics::parse(&path, "forced").assert_outcome("lost");
+    let mut history = bare_lockrun();
+    history
+        .args(["history", "--json", "-r"])
+        .arg(redis.url())
+        .arg("forced");
+    let runs: serde_json::Value = serde_json::from_str(&stdout_of(&run(history))).unwrap();
+    let outcomes: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["lost", "released"], "{runs}");
+}

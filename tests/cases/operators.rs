@@ -697,3 +697,36 @@ fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
     assert_eq!(run(cmd).status.code(), Some(0));
     assert!(ran.exists());
 }
+
+/// Fence counters never expired, so per-pipeline names (`deploy-$BRANCH`) piled up in Redis and
+/// in `list --all` forever (issue 24, item 16). A counter now expires with the key's history,
+/// 40 days after its last lock; fences stay increasing after that (they are floored by the
+/// server's clock).
+#[test]
+fn fence_counters_expire_and_fences_still_increase() {
+    let redis = Redis::start();
+    let fence_of = |out: &Output| -> u64 {
+        let err = stderr_of(out);
+        let at = err.find("fence=").expect("a fence") + 6;
+        err[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let mut cmd = lockrun(&redis);
+    cmd.args(["deploy-feature-x", "--", "true"]);
+    let first = fence_of(&run(cmd));
+    let pttl: i64 = redis.cmd(&["PTTL", "lockrun:fence:{deploy-feature-x}"]);
+    let day = 86_400_000;
+    assert!(
+        pttl > 39 * day && pttl <= 40 * day,
+        "expires in 40 days: {pttl}"
+    );
+    // Gone (as after 40 days): the next fence is still above the last.
+    redis.cmd::<()>(&["DEL", "lockrun:fence:{deploy-feature-x}"]);
+    let mut cmd = lockrun(&redis);
+    cmd.args(["deploy-feature-x", "--", "true"]);
+    assert!(fence_of(&run(cmd)) > first);
+}
