@@ -41,7 +41,7 @@ fn backend(args: &Args) -> Result<Backend, String> {
         // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
         Some(t) if t.is_zero() || t >= args.ttl / 3 => {
             return Err(format!(
-                "--node-timeout {} must be more than 0 and below TTL/3 ({})",
+                "--node-timeout (LOCKRUN_NODE_TIMEOUT) {} must be more than 0 and below TTL/3 ({})",
                 Human(t),
                 Human(args.ttl / 3)
             ))

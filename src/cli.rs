@@ -231,7 +231,9 @@ pub struct Connection {
 #[derive(Debug, PartialEq, clap::Args)]
 pub struct Logs {
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
-    #[arg(short, long, conflicts_with = "verbose", env = "LOCKRUN_QUIET",
+    /// (With -v as well: -q on the command line conflicts; LOCKRUN_QUIET yields to -v, a flag
+    /// winning over a variable. See `quiet_given`.)
+    #[arg(short, long, env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,
 
@@ -532,6 +534,31 @@ fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
     })
 }
 
+/// Whether `-q`/`--quiet` is on the command line itself (before the key), not only in
+/// `LOCKRUN_QUIET`: with `-v` as well, the two flags conflict, while the variable yields to
+/// the flag. Asked only when both are set.
+pub fn quiet_given() -> bool {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // A run's options come before its KEY; an operators' command takes them after its word too.
+    let end = match first_positional(&Args::command(), &argv) {
+        Some(i) if verbs::VERBS.iter().any(|v| argv[i] == *v) => {
+            argv.iter().position(|w| w == "--").unwrap_or(argv.len())
+        }
+        Some(i) => i,
+        None => argv.len(),
+    };
+    argv[1..end].iter().any(|w| {
+        let w = w.to_string_lossy();
+        w == "--quiet"
+            || w.starts_with("--quiet=")
+            || (w.len() > 1
+                && w.starts_with('-')
+                && !w.starts_with("--")
+                && w[1..].chars().all(|c| c == 'q' || c == 'v')
+                && w.contains('q'))
+    })
+}
+
 /// Where the first word that is neither an option nor an option's value is, up to `--`.
 fn first_positional(cmd: &clap::Command, argv: &[OsString]) -> Option<usize> {
     let takes_value = |a: &clap::Arg| a.get_action().takes_values();
@@ -605,6 +632,23 @@ fn parse_as<P: CommandFactory + FromArgMatches>(argv: Vec<OsString>) -> Result<P
             // --help / --version, through `output` so a full stdout is exit 74, not 0.
             crate::output::print(&e.render().to_string());
             Err(ExitCode::Command(0))
+        }
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            // clap says "invalid UTF-8 was detected in one or more arguments" without saying
+            // where: name the variable if one of ours is it.
+            let var = cmd
+                .get_arguments()
+                .filter_map(|a| a.get_env())
+                .find(|v| std::env::var_os(v).is_some_and(|x| x.to_str().is_none()));
+            let line = match var {
+                Some(v) => format!(
+                    "the environment variable {} is not valid UTF-8 (see 'lockrun --help')",
+                    v.to_string_lossy()
+                ),
+                None => "an argument is not valid UTF-8 (see 'lockrun --help')".to_string(),
+            };
+            crate::logging::print_early_error(&line, json_wanted(&argv));
+            Err(ExitCode::Usage)
         }
         Err(e) => {
             let mut line = one_line(&e.to_string());

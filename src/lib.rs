@@ -134,14 +134,18 @@ fn pin_host_lookups() {}
 /// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
 pub fn init_logging(logs: &cli::Logs) -> Result<(), ExitCode> {
     let env_filter = std::env::var("LOCKRUN_LOG").ok();
-    logging::init(
-        logs.quiet,
-        logs.verbose,
-        env_filter.as_deref(),
-        logs.log_format,
-    )
-    .map_err(|msg| {
-        logging::print_early_error(&msg, logs.log_format == logging::Format::Json);
+    let json = logs.log_format == logging::Format::Json;
+    // -v wins over LOCKRUN_QUIET (a flag over a variable); -q -v on one line conflict.
+    let quiet = logs.quiet && (logs.verbose == 0 || cli::quiet_given());
+    if quiet && logs.verbose > 0 {
+        logging::print_early_error(
+            "-q (--quiet) and -v (--verbose) cannot be used together (see 'lockrun --help')",
+            json,
+        );
+        return Err(ExitCode::Usage);
+    }
+    logging::init(quiet, logs.verbose, env_filter.as_deref(), logs.log_format).map_err(|msg| {
+        logging::print_early_error(&msg, json);
         ExitCode::Usage
     })
 }

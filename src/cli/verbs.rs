@@ -9,6 +9,16 @@ use super::{parse_key, Connection, Logs};
 /// run form, for a lock named like one of the others (`lockrun run status -- ./job`).
 pub const VERBS: [&str; 6] = ["run", "status", "list", "release", "history", "doctor"];
 
+/// An empty pattern matches no key: said, rather than an empty list that looks like no locks.
+fn parse_pattern(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err(
+            "an empty pattern matches no key: leave it out (or give '*') to list every lock".into(),
+        );
+    }
+    Ok(s.to_string())
+}
+
 #[derive(Debug, clap::Parser)]
 #[command(name = "lockrun", version)]
 pub struct VerbLine {
@@ -57,10 +67,11 @@ pub struct Status {
 #[derive(Debug, clap::Args)]
 pub struct List {
     /// Only locks whose name matches this glob (Redis MATCH syntax: * ? [abc] \x)
-    #[arg(value_name = "PATTERN", default_value = "*")]
+    #[arg(value_name = "PATTERN", default_value = "*", value_parser = parse_pattern)]
     pub pattern: String,
 
-    /// Also keys that are free now but were locked before (their fencing counter remains)
+    /// Also keys that are free now but were locked in the last 40 days (their fencing counter
+    /// remains that long)
     #[arg(long)]
     pub all: bool,
 

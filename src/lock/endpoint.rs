@@ -231,7 +231,7 @@ fn finish(
 ) -> Result<Endpoint, String> {
     let certs = tls.load(is_tls)?;
     if insecure && !is_tls {
-        return Err("--tls-insecure needs a TLS URL (rediss://…)".into());
+        return Err("--tls-insecure (LOCKRUN_TLS_INSECURE) needs a TLS URL (rediss://…)".into());
     }
     let relax = |info: ConnectionInfo| match info.addr().clone() {
         ConnectionAddr::TcpTls {

@@ -55,7 +55,7 @@ fn row(key: &str, view: &Inspection) -> serde_json::Value {
         "key": key,
         "kind": if view.kind == "zset" { "semaphore" } else { "lock" },
         "holder": first.map(|(v, _)| HolderInfo::parse(v).json()),
-        "holders": view.holders.len(),
+        "holders": super::holders_json(view),
         "ttl_ms": first.and_then(|(_, l)| *l).map(|d| d.as_millis() as u64),
         "fence": view.fence,
         "waiters": view.waiters,

@@ -259,6 +259,19 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     out
 }
 
+/// Every holder of a lock or a semaphore as JSON, with its lease's time left (`ttl_ms`): the
+/// same array in `status --json` and `list --json`.
+fn holders_json(view: &Inspection) -> Vec<serde_json::Value> {
+    view.holders
+        .iter()
+        .map(|(value, left)| {
+            let mut h = HolderInfo::parse(value).json();
+            h["ttl_ms"] = left.map_or(serde_json::Value::Null, |d| (d.as_millis() as u64).into());
+            h
+        })
+        .collect()
+}
+
 /// Prints one JSON document on stdout.
 fn print_json(v: &serde_json::Value) {
     crate::output::println(&v.to_string());

@@ -39,15 +39,7 @@ fn ttl_ms(left: Option<std::time::Duration>) -> serde_json::Value {
 fn document(key: &str, view: &Inspection) -> serde_json::Value {
     let semaphore = view.kind == "zset";
     let first = view.holders.first();
-    let holders: Vec<serde_json::Value> = view
-        .holders
-        .iter()
-        .map(|(value, left)| {
-            let mut h = HolderInfo::parse(value).json();
-            h["ttl_ms"] = ttl_ms(*left);
-            h
-        })
-        .collect();
+    let holders = super::holders_json(view);
     json!({
         "key": key,
         "held": first.is_some(),
@@ -55,7 +47,10 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
         "holder": if semaphore { serde_json::Value::Null } else {
             first.map_or(serde_json::Value::Null, |(v, _)| HolderInfo::parse(v).json())
         },
+        // A semaphore's slots carry no acquisition time the server read (each holder's
+        // `started` is its own clock, to the second): null rather than seconds dressed as ms.
         "held_for_ms": first
+            .filter(|_| !semaphore)
             .and_then(|(v, _)| view.held_for.or_else(|| HolderInfo::parse(v).held_for()))
             .map(|d| d.as_millis() as u64),
         "ttl_ms": if semaphore {

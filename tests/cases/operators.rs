@@ -730,3 +730,22 @@ fn fence_counters_expire_and_fences_still_increase() {
     cmd.args(["deploy-feature-x", "--", "true"]);
     assert!(fence_of(&run(cmd)) > first);
 }
+
+/// `holders` is the same array in `status --json` and `list --json` (it was an integer in
+/// list), and a semaphore's `held_for_ms` is null, not whole seconds dressed as milliseconds.
+#[test]
+fn status_and_list_json_agree_on_holders() {
+    let redis = Redis::start();
+    let held = Held::start(&redis, &["--limit", "3"], "pool");
+    let status = json_of(&verb(&redis, "status", &["--json", "pool"]));
+    let list = json_of(&verb(&redis, "list", &["--json"]));
+    let row = &list.as_array().unwrap()[0];
+    assert!(
+        status["holders"].is_array() && row["holders"].is_array(),
+        "{status} {row}"
+    );
+    assert_eq!(status["holders"].as_array().unwrap().len(), 1);
+    assert_eq!(row["holders"][0]["host"], status["holders"][0]["host"]);
+    assert!(status["held_for_ms"].is_null(), "{status}");
+    assert_eq!(held.finish().0, Some(0));
+}

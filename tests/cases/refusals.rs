@@ -454,3 +454,51 @@ fn a_database_the_server_does_not_have_is_refused_at_once() {
         }
     }
 }
+
+/// Errors in values from the environment name the variable; a flag wins over a variable
+/// (issue 24, the smaller findings).
+#[test]
+fn environment_mistakes_name_the_variable_and_a_flag_wins() {
+    use std::os::unix::ffi::OsStrExt;
+    let redis = Redis::start();
+    let bad = std::ffi::OsStr::from_bytes(b"3\xffs");
+    for var in ["LOCKRUN_TTL", "LOCKRUN_REDIS_URL", "LOCKRUN_EVERY"] {
+        let mut cmd = bare_lockrun();
+        cmd.env(var, bad).args(["k", "--", "echo", "ran"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{var}: {err}");
+        assert!(err.contains(var) && err.contains("UTF-8"), "{var}: {err}");
+    }
+    for (var, value, says) in [
+        ("LOCKRUN_NODE_TIMEOUT", "20s", "LOCKRUN_NODE_TIMEOUT"),
+        ("LOCKRUN_TLS_INSECURE", "1", "LOCKRUN_TLS_INSECURE"),
+    ] {
+        let mut cmd = lockrun(&redis);
+        cmd.env(var, value).args(["k", "--", "echo", "ran"]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{var}: {err}");
+        assert!(err.contains(says), "{var}: {err}");
+    }
+    // LOCKRUN_QUIET=1 with -v: the flag wins (debug lines are printed); -q -v together conflict.
+    let mut cmd = lockrun(&redis);
+    cmd.env("LOCKRUN_QUIET", "1")
+        .args(["-v", "k", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("DEBUG"), "{}", stderr_of(&out));
+    let mut cmd = lockrun(&redis);
+    cmd.args(["-q", "-v", "k", "--", "true"]);
+    assert_eq!(run(cmd).status.code(), Some(64));
+    // `list ''` matched nothing, silently.
+    let mut cmd = bare_lockrun();
+    cmd.args(["list", "", "-r"]).arg(redis.url());
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("empty pattern"),
+        "{}",
+        stderr_of(&out)
+    );
+}
