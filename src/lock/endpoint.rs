@@ -415,6 +415,9 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert!(err.contains("--tls-insecure needs a TLS URL"), "{err}");
+        assert!(
+            err.contains("needs a TLS URL") && err.contains("LOCKRUN_TLS_INSECURE"),
+            "{err}"
+        );
     }
 }
