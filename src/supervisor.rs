@@ -424,6 +424,11 @@ pub async fn supervise<F: Future<Output = Lost>>(
     let mut loss: Option<Option<Instant>> = None;
     let mut term_sent = false;
     let mut kill_at: Option<Instant> = None;
+    // A stop request from outside (SIGTERM from kubelet, systemd, docker stop; SIGINT, SIGHUP,
+    // SIGQUIT) passed on to the job: it has --kill-after to end, then its group gets SIGKILL.
+    // Without this a job that ignores the signal ran to its natural end, and the platform's own
+    // SIGKILL took lockrun with the lock held, no history and no metrics.
+    let mut stop: Option<(i32, Instant)> = None;
     let mut killed = false;
     loop {
         job.reap();
@@ -464,11 +469,16 @@ pub async fn supervise<F: Future<Output = Lost>>(
             (Some(None), Some(d)) => Some(d.kill_at()),
             _ => None,
         };
-        let kill_by = [kill_at, loss_kill].into_iter().flatten().min();
+        let stop_kill = stop.map(|(_, at)| at);
+        let kill_by = [kill_at, loss_kill, stop_kill].into_iter().flatten().min();
         if !killed && kill_by.is_some_and(|t| now >= t) {
             job.signal(libc::SIGKILL);
             killed = true;
-            warn!("job still running after SIGTERM; sending SIGKILL");
+            let after = match stop {
+                Some((sig, at)) if Some(at) == kill_by => signals::name(sig).to_string(),
+                _ => "SIGTERM".to_string(),
+            };
+            warn!("job still running after {after}; sending SIGKILL");
         }
         // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
         // group whose members are not our children (no SIGCHLD tells us they are gone).
@@ -490,6 +500,12 @@ pub async fn supervise<F: Future<Output = Lost>>(
                 // would run twice); they get --kill-after to finish, then SIGKILL.
                 if r.signo != libc::SIGCHLD && job.forward(r) && r.signo == libc::SIGTERM {
                     term_sent = true;
+                }
+                // Not a terminal's Ctrl-C (sent by the kernel): in an interactive session that
+                // interrupts what the job is doing, it does not ask the job to go away.
+                let interactive = r.from_kernel && r.signo == libc::SIGINT;
+                if signals::ABORTING.contains(&r.signo) && !interactive && stop.is_none() {
+                    stop = Some((r.signo, Instant::now() + kill_after));
                 }
             }
             why = async { lost.as_mut().as_pin_mut().unwrap().await }, if lost.is_some() && !lost_seen => {

@@ -578,3 +578,48 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
     assert_eq!(lines(&out), ["done"], "{screen}");
     assert!(screen.contains("stopping lockrun with it"), "{screen}");
 }
+
+/// A SIGTERM from outside (kubelet, systemd, docker stop) forwarded to a job that ignores it
+/// never escalated: the job ran to its natural end, and the platform's own SIGKILL then took
+/// lockrun with the lock held (issue 25, item 1). A forwarded stop signal starts the
+/// --kill-after clock: the job's group gets SIGKILL when it runs out, and lockrun releases,
+/// records and exits with the job's end (137).
+#[test]
+fn a_forwarded_sigterm_escalates_to_sigkill_after_kill_after() {
+    let redis = Redis::start();
+    let metrics = redis.dir.path().join("stop.prom");
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut cmd = lockrun(&redis);
+        cmd.args(["--kill-after", "2s", "--metrics-file"])
+            .arg(&metrics)
+            .args([
+                "stopped",
+                "--",
+                "sh",
+                "-c",
+                "trap '' TERM INT; sleep 8; echo natural-end",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = wait_for_line(&mut child, "redis lock acquired");
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = std::time::Instant::now();
+        kill(child.id(), signal);
+        let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+        let took = sent.elapsed();
+        let err = lines.rest();
+        assert_eq!(status.code(), Some(137), "{signal}: {err}");
+        assert!(
+            took >= Duration::from_millis(1900) && took < Duration::from_secs(6),
+            "{signal}: SIGKILL after --kill-after (2 s), not the job's natural end (8 s): {took:?}"
+        );
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+        assert!(!out.contains("natural-end"), "{signal}: {out}");
+        assert!(err.contains("sending SIGKILL"), "{signal}: {err}");
+        assert!(!redis.exists("stopped"), "{signal}: released");
+        let text = std::fs::read_to_string(&metrics).unwrap();
+        assert!(text.contains("outcome=\"aborted\"} 1"), "{signal}: {text}");
+    }
+}
