@@ -330,7 +330,19 @@ async fn acquire<L: LockService>(
                 Err(e) => debug!(error = %e, "no subscription to release hints yet"),
             }
         }
-        let attempt = lock.acquire(spec, holder, waiting).await;
+        // A stop signal ends lockrun at once, also while the attempt waits for an answer (a
+        // server that accepts and never replies kept lockrun for the whole request timeout).
+        let attempt = tokio::select! {
+            attempt = lock.acquire(spec, holder, waiting) => attempt,
+            sig = next_abort(signals) => {
+                // The attempt may still land on the server: give back, token-checked, what
+                // it may have taken, within a short bound (the key expires by its TTL if not).
+                let lease = phantom_lease(spec, holder);
+                let cleanup = lock.release(spec, &lease, Duration::ZERO, None);
+                let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
+                return Err(abort(lock, spec, holder, waiting, sig, started).await);
+            }
+        };
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let sleep = match attempt {
             Ok(Acquire::Acquired(lease)) => return Ok(lease),
@@ -390,6 +402,17 @@ async fn acquire<L: LockService>(
                     return Err(abort(lock, spec, holder, waiting, r.signo, started).await);
                 }
             }
+        }
+    }
+}
+
+/// The next stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT); the others mean nothing before the
+/// command starts.
+async fn next_abort(signals: &mut Signals) -> i32 {
+    loop {
+        let r = signals.recv().await;
+        if signals::ABORTING.contains(&r.signo) {
+            return r.signo;
         }
     }
 }

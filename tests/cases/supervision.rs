@@ -623,3 +623,40 @@ fn a_forwarded_sigterm_escalates_to_sigkill_after_kill_after() {
         assert!(text.contains("outcome=\"aborted\"} 1"), "{signal}: {text}");
     }
 }
+
+/// SIGTERM while an acquire is in flight (a server that accepts and never answers) ended
+/// lockrun 3.5 s later with 69, once the request timed out (issue 25, item 3). A stop signal
+/// before the command starts ends lockrun at once with 128+N, giving back (token-checked,
+/// briefly bounded) whatever the attempt may have taken.
+#[test]
+fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "redis://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    // Accepts (the kernel's backlog does) and never answers.
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", &url, "-t", "9s", "-v", "silent", "--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    thread::sleep(Duration::from_millis(500));
+    let sent = std::time::Instant::now();
+    kill(child.id(), libc::SIGTERM);
+    let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+    let took = sent.elapsed();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "at once, not after the request timeout: {took:?}: {err}"
+    );
+    drop(listener);
+}
