@@ -109,13 +109,20 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
         mask: signals.original_mask(),
     };
 
-    if let Some(token) = reentrant_token(&spec.key) {
+    if let Some((token, fence)) = reentrant_token(&spec.key) {
         match lock.is_held_by(&spec, &token).await {
             Ok(true) => {
                 info!(key = %spec.key, "redis lock already held by this job (reentrant)");
-                // The outer lockrun holds the lock (and records its fence and renewals).
+                // The outer lockrun holds the lock (and records its fence and renewals). The
+                // job runs under that holder's key, token and fence, whichever enclosing
+                // lockrun it is (A → B → A: A's, not B's).
                 record.wait = record.elapsed();
-                let job = match Job::spawn(&args.command, &[], &opts, None) {
+                let env = [
+                    ("LOCKRUN_KEY", spec.key.clone()),
+                    ("LOCKRUN_TOKEN", token),
+                    ("LOCKRUN_FENCE", fence),
+                ];
+                let job = match Job::spawn(&args.command, &env, &opts, None) {
                     Ok(job) => job,
                     Err(e) => {
                         error!("{e}");
@@ -167,6 +174,10 @@ pub async fn run(args: Args, signals: &mut Signals, record: &mut RunRecord) -> E
             ("LOCKRUN_KEY", spec.key.clone()),
             ("LOCKRUN_TOKEN", holder.token.clone()),
             ("LOCKRUN_FENCE", lease.fence.to_string()),
+            (
+                "LOCKRUN_HELD",
+                held_with(&spec.key, &holder.token, lease.fence),
+            ),
         ];
         // A signal that arrived while we were acquiring: the job must not start.
         if let Some(sig) = signals.take_abort() {
@@ -269,11 +280,81 @@ pub fn access(args: &Connection) -> Result<Access, String> {
     })
 }
 
-/// A nested lockrun of the same key inherits the outer one's key and token.
-fn reentrant_token(key: &str) -> Option<String> {
-    let outer_key = std::env::var("LOCKRUN_KEY").ok()?;
-    let token = std::env::var("LOCKRUN_TOKEN").ok()?;
-    (outer_key == key && !token.is_empty()).then_some(token)
+/// A nested lockrun of a key that one of its enclosing lockruns holds gets that one's token
+/// and fence: the nearest's from `LOCKRUN_KEY`/`LOCKRUN_TOKEN`/`LOCKRUN_FENCE`, any other's from
+/// `LOCKRUN_HELD` (so A → B → A is reentrant, not a deadlock with its own ancestor).
+fn reentrant_token(key: &str) -> Option<(String, String)> {
+    let var = |name: &str| std::env::var(name).ok();
+    let nearest = var("LOCKRUN_KEY").filter(|k| k == key).and_then(|_| {
+        Some((
+            var("LOCKRUN_TOKEN")?,
+            var("LOCKRUN_FENCE").unwrap_or_default(),
+        ))
+    });
+    let wanted = hex(key);
+    let (token, fence) = nearest
+        .or_else(|| held_entries().find_map(|e| (e.key == wanted).then_some((e.token, e.fence))))?;
+    (!token.is_empty()).then_some((token, fence))
+}
+
+/// One enclosing holder in `LOCKRUN_HELD`: `<key in hex>:<token>:<fence>` (hex keeps any key,
+/// newlines and commas included, one plain word), the entries comma-separated.
+struct HeldEntry {
+    key: String,
+    token: String,
+    fence: String,
+}
+
+fn held_entries() -> impl Iterator<Item = HeldEntry> {
+    let held = std::env::var("LOCKRUN_HELD").unwrap_or_default();
+    let entries: Vec<HeldEntry> = held
+        .split(',')
+        .filter_map(|e| {
+            let mut parts = e.splitn(3, ':');
+            Some(HeldEntry {
+                key: parts.next()?.to_string(),
+                token: parts.next()?.to_string(),
+                fence: parts.next().unwrap_or_default().to_string(),
+            })
+        })
+        .collect();
+    entries.into_iter()
+}
+
+/// `LOCKRUN_HELD` for the job: every enclosing holder's entry (an older lockrun's
+/// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` among them), then this one's. A list that would outgrow one
+/// environment entry drops its oldest entries first.
+fn held_with(key: &str, token: &str, fence: u64) -> String {
+    let own = hex(key);
+    let mut entries: Vec<HeldEntry> = held_entries().filter(|e| e.key != own).collect();
+    if let (Ok(k), Ok(t)) = (std::env::var("LOCKRUN_KEY"), std::env::var("LOCKRUN_TOKEN")) {
+        let k = hex(&k);
+        if k != own && !entries.iter().any(|e| e.key == k) {
+            let fence = std::env::var("LOCKRUN_FENCE").unwrap_or_default();
+            entries.push(HeldEntry {
+                key: k,
+                token: t,
+                fence,
+            });
+        }
+    }
+    entries.push(HeldEntry {
+        key: own,
+        token: token.to_string(),
+        fence: fence.to_string(),
+    });
+    let mut text: Vec<String> = entries
+        .into_iter()
+        .map(|e| format!("{}:{}:{}", e.key, e.token, e.fence))
+        .collect();
+    while text.iter().map(|e| e.len() + 1).sum::<usize>() > 64 * 1024 && text.len() > 1 {
+        text.remove(0);
+    }
+    text.join(",")
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 enum Failed {

@@ -333,3 +333,33 @@ fn wait_forever_waits() {
     assert!(now_secs() - started > 0.3, "it did wait for the holder");
     wait_timeout(&mut holder, PATIENCE).unwrap();
 }
+
+/// A → B → A deadlocked: the innermost lockrun of A saw only B's key and token, waited for A
+/// (held by its own ancestor) and exited 75, or never with `--wait forever` (issue 25, item
+/// 4). Every enclosing holder is recognised, for plain locks and semaphores.
+#[test]
+fn nesting_a_b_a_is_reentrant_for_every_enclosing_lock() {
+    let redis = Redis::start();
+    let url = redis.url();
+    for limit in [&[][..], &["--limit", "2"]] {
+        let limit = limit.join(" ");
+        let inner = format!(
+            "exec \"$0\" -r '{url}' {limit} --wait 2s a -- sh -c 'echo INNER $LOCKRUN_KEY'"
+        );
+        let middle = format!("exec \"$0\" -r '{url}' b -- sh -c \"$1\" \"$0\"");
+        let mut cmd = lockrun(&redis);
+        cmd.args(limit.split_whitespace())
+            .args(["a", "--", "sh", "-c", &middle])
+            .arg(lockrun_bin())
+            .arg(&inner);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{limit}: {err}");
+        assert_eq!(stdout_of(&out), "INNER a\n", "{limit}: {err}");
+        assert!(
+            err.contains("already held by this job (reentrant)"),
+            "{limit}: {err}"
+        );
+        assert!(!redis.exists("a") && !redis.exists("b"));
+    }
+}
