@@ -129,6 +129,8 @@ pub struct Job {
     tty: Option<RawFd>,
     status: Option<ExitCode>,
     kill_after: Duration,
+    /// A stop of the command without a terminal was said (once).
+    stop_said: bool,
 }
 
 /// Makes this process a child subreaper: orphaned descendants are re-parented to us instead of
@@ -245,6 +247,7 @@ impl Job {
             tty,
             status: None,
             kill_after: opts.kill_after,
+            stop_said: false,
         })
     }
 
@@ -291,10 +294,9 @@ impl Job {
         } else {
             self.pid
         };
-        let mut flags = WaitPidFlag::WNOHANG;
-        if self.tty.is_some() {
-            flags |= WaitPidFlag::WUNTRACED;
-        }
+        // WUNTRACED: a stopped command is reported too (Ctrl-Z on a terminal; a job that stops
+        // itself without one).
+        let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
         loop {
             match waitpid(target, Some(flags)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
@@ -309,7 +311,17 @@ impl Job {
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == self.pid => {
                     self.finished(ExitCode::Signaled(sig as i32))
                 }
-                Ok(WaitStatus::Stopped(pid, _)) if pid == self.pid => self.suspend_with_job(),
+                Ok(WaitStatus::Stopped(pid, _)) if pid == self.pid && self.tty.is_some() => {
+                    self.suspend_with_job()
+                }
+                // No terminal, no shell to `fg` it: it stays stopped until someone sends it
+                // SIGCONT, and the lock stays held and renewed meanwhile. Said once.
+                Ok(WaitStatus::Stopped(pid, sig)) if pid == self.pid => {
+                    if !std::mem::replace(&mut self.stop_said, true) {
+                        warn!(pid = pid.as_raw(), signal = %sig,
+                              "the command is stopped; the lock stays held and renewed until it is continued (kill -CONT) or ends");
+                    }
+                }
                 Ok(other) => debug!(status = ?other, "reaped an adopted process"),
             }
             if self.status.is_some() && !self.reap_all {

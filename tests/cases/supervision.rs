@@ -660,3 +660,49 @@ fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
     );
     drop(listener);
 }
+
+/// A job that stops itself (SIGSTOP, no terminal to resume it from) kept the lock renewed
+/// forever, silently (issue 25, item 7). It is said once, naming the pid; the lock stays held
+/// and renewed until the job is continued or ends.
+#[test]
+fn a_job_that_stops_itself_is_said_once() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args([
+        "-t",
+        "1500ms",
+        "stopped-self",
+        "--",
+        "sh",
+        "-c",
+        "kill -STOP $$; echo resumed",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    let line = lines.wait_for("is stopped");
+    assert!(line.contains("WARN"), "{line}");
+    let pid: u32 = line
+        .split("pid=")
+        .nth(1)
+        .and_then(|p| p.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("names the pid: {line}"));
+    // Still held, still renewed across two TTLs.
+    thread::sleep(Duration::from_secs(3));
+    assert!(redis.exists("stopped-self"));
+    kill(pid, libc::SIGCONT);
+    let status = wait_timeout(&mut child, PATIENCE).expect("ends once continued");
+    let rest = lines.rest();
+    assert_eq!(status.code(), Some(0), "{rest}");
+    assert_eq!(rest.matches("is stopped").count(), 1, "said once: {rest}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "resumed\n");
+}
