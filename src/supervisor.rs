@@ -358,13 +358,59 @@ impl Job {
         self.signal(libc::SIGCONT);
     }
 
-    /// Is any process of the job still alive (zombies do not count)?
+    /// Is any process of the job still alive (zombies do not count)? As PID 1 or a subreaper
+    /// the job's adopted orphans are part of it (a double-forked daemon has its own session, so
+    /// it is in no group of ours): the lock is held until they are gone too.
     fn alive(&self) -> bool {
         if self.status.is_none() {
             return true;
         }
-        self.group && group_has_live_member(self.pid.as_raw())
+        (self.group && group_has_live_member(self.pid.as_raw()))
+            || (self.reap_all && !adopted().is_empty())
     }
+
+    /// Once the command has exited: `sig` to what is left of the job, its group and (as PID 1
+    /// or a subreaper) every adopted process still alive.
+    fn signal_leftovers(&self, sig: i32) {
+        self.signal(sig);
+        self.signal_adopted(sig);
+    }
+
+    /// `sig` to every adopted process still alive (as PID 1 or a subreaper).
+    fn signal_adopted(&self, sig: i32) {
+        if self.reap_all {
+            for pid in adopted() {
+                // SAFETY: plain kill(2) of a child of ours (it cannot be reaped and its pid
+                // reused before we wait for it); ESRCH if it just ended.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    }
+}
+
+/// lockrun's live children other than zombies: after the command has exited, the processes
+/// it left that were re-parented to lockrun (PID 1, or a subreaper).
+fn adopted() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // "pid (comm) state ppid ...": parsed from the last ')', as comm may hold any.
+            let mut fields = stat
+                .rfind(')')
+                .map_or("", |i| &stat[i + 1..])
+                .split_whitespace();
+            let state = fields.next();
+            let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
+            ppid == Some(me) && state != Some("Z") && state != Some("X")
+        })
+        .collect()
 }
 
 /// True while the process group has a member that is not a zombie. kill(-pgid, 0) answers
@@ -452,14 +498,16 @@ pub async fn supervise<F: Future<Output = Lost>>(
             if term_sent {
                 info!(
                     pgid = job.pid(),
-                    "command exited but its process group lives on; it has had SIGTERM already"
+                    "command exited but its process group lives on (or processes it left, adopted by lockrun); the group has had SIGTERM already"
                 );
+                // Adopted processes are in no group of ours: they had no SIGTERM yet.
+                job.signal_adopted(libc::SIGTERM);
             } else {
                 info!(
                     pgid = job.pid(),
-                    "command exited but its process group lives on; sending SIGTERM"
+                    "command exited but its process group lives on (or processes it left, adopted by lockrun); sending SIGTERM"
                 );
-                job.signal(libc::SIGTERM);
+                job.signal_leftovers(libc::SIGTERM);
                 term_sent = true;
             }
             kill_at = Some(now + kill_after);
@@ -484,7 +532,7 @@ pub async fn supervise<F: Future<Output = Lost>>(
         let stop_kill = stop.map(|(_, at)| at);
         let kill_by = [kill_at, loss_kill, stop_kill].into_iter().flatten().min();
         if !killed && kill_by.is_some_and(|t| now >= t) {
-            job.signal(libc::SIGKILL);
+            job.signal_leftovers(libc::SIGKILL);
             killed = true;
             let after = match stop {
                 Some((sig, at)) if Some(at) == kill_by => signals::name(sig).to_string(),

@@ -706,3 +706,60 @@ fn a_job_that_stops_itself_is_said_once() {
         .unwrap();
     assert_eq!(out, "resumed\n");
 }
+
+/// `--subreaper` adopted a double-forked daemon (its own session, so not in the job's group)
+/// and still released the lock at once, while the daemon ran (issue 25, item 6). Adopted
+/// descendants are part of the job: once the command exits they get SIGTERM, SIGKILL after
+/// --kill-after, and the lock is held until they are gone.
+#[test]
+fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
+    let redis = Redis::start();
+    for (trap, at_least) in [("", 0), ("trap '' TERM; ", 1)] {
+        let pidfile = redis.dir.path().join(format!("daemon{}.pid", trap.len()));
+        // The daemon lives 30 s at most, and leaves lockrun's stdout and stderr (or the test
+        // would wait for it to close them).
+        let daemon = format!(
+            "( setsid sh -c \"{trap}echo \\$\\$ > '{}'; exec sleep 30\" >/dev/null 2>&1 & ); \
+             while [ ! -s '{}' ]; do sleep 0.01; done; exit 0",
+            pidfile.display(),
+            pidfile.display()
+        );
+        let started = std::time::Instant::now();
+        let mut cmd = lockrun(&redis);
+        cmd.args([
+            "--subreaper",
+            "--kill-after",
+            "1s",
+            "daemonized",
+            "--",
+            "sh",
+            "-c",
+            &daemon,
+        ]);
+        let out = run(cmd);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{trap}: {err}");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: signal 0 only checks for existence.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        if alive {
+            kill(pid as u32, libc::SIGKILL);
+        }
+        assert!(
+            !alive,
+            "{trap}: the adopted daemon {pid} is gone when lockrun ends: {err}"
+        );
+        assert!(!redis.exists("daemonized"));
+        assert!(
+            started.elapsed() >= Duration::from_secs(at_least),
+            "{trap}: {err}"
+        );
+        if at_least > 0 {
+            assert!(err.contains("sending SIGKILL"), "{err}");
+        }
+    }
+}
