@@ -488,6 +488,9 @@ pub async fn supervise<F: Future<Output = Lost>>(
     // SIGKILL took lockrun with the lock held, no history and no metrics.
     let mut stop: Option<(i32, Instant)> = None;
     let mut killed = false;
+    // After a stall: until when the overdue renewal may still save the lease before the job
+    // is told to stop.
+    let mut renewal_window: Option<Instant> = None;
     loop {
         job.reap();
         if !job.alive() {
@@ -513,7 +516,22 @@ pub async fn supervise<F: Future<Output = Lost>>(
             kill_at = Some(now + kill_after);
         }
         if let (Some(d), true, None) = (deadline, terminate, loss) {
-            if now >= d.term_at() {
+            // Past the SIGTERM moment with a renewal that was due long ago and never sent:
+            // lockrun itself was stalled (SIGSTOP, a frozen VM), the lease may be intact. The
+            // overdue renewal goes first (the watchdog sends it as soon as this loop waits),
+            // with half of what is left before SIGKILL; only if it is not confirmed by then
+            // does the job get SIGTERM. SIGKILL stays where it was, before the lease can end.
+            let stalled = d.renewal_overdue(now);
+            if stalled && now >= d.term_at() && now < d.kill_at() && renewal_window.is_none() {
+                renewal_window = Some(now + (d.kill_at() - now) / 2);
+                info!(left = %Human(d.get().saturating_duration_since(now)),
+                      "lockrun was stalled past the moment to stop the job; renewing first");
+            }
+            let term_at = match renewal_window {
+                Some(w) if d.term_at() <= w => w,
+                _ => d.term_at(),
+            };
+            if now >= term_at {
                 // Signal first, log after: nothing may delay the job's stop.
                 if !term_sent {
                     job.signal(libc::SIGTERM);
@@ -546,7 +564,10 @@ pub async fn supervise<F: Future<Output = Lost>>(
         let next = [
             deadline
                 .filter(|_| terminate && loss.is_none())
-                .map(Deadline::term_at),
+                .map(|d| match renewal_window {
+                    Some(w) if d.term_at() <= w => w,
+                    _ => d.term_at(),
+                }),
             kill_by.filter(|_| !killed),
             polling.then(|| now + GROUP_POLL),
         ]

@@ -43,6 +43,11 @@ pub struct Deadline {
     span: Duration,
     grace: Duration,
     margin: Duration,
+    /// When the watchdog means to send its next renewal, while it waits to, and while a renewal
+    /// that went out late is under way; `None` while one sent on time is. A moment long past
+    /// means lockrun itself did not run (a stall: SIGSTOP, a frozen VM), not that renewals
+    /// fail: see [`Deadline::renewal_overdue`].
+    due: Cell<Option<Instant>>,
 }
 
 impl Deadline {
@@ -55,7 +60,13 @@ impl Deadline {
             span,
             grace: loss_grace(ttl, kill_after),
             margin: margin(ttl),
+            due: Cell::new(None),
         }
+    }
+
+    /// A renewal was due more than the margin ago and none has been sent: lockrun was stalled.
+    pub fn renewal_overdue(&self, now: Instant) -> bool {
+        self.due.get().is_some_and(|due| now > due + self.margin)
     }
 
     /// The lease cannot expire on the server before this (up to clock-rate drift).
@@ -121,12 +132,18 @@ pub async fn run<L: LockService>(
     let retry = (spec.ttl / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
     let mut next = lease.sent_at + interval;
     loop {
+        deadline.due.set(Some(next));
         sleep_until(next).await;
         let sent = Instant::now();
+        if sent <= next + deadline.margin {
+            deadline.due.set(None);
+        }
         if sent >= deadline.get() {
             return Lost::Expired;
         }
-        match timeout(deadline.get() - sent, lock.renew(spec, lease)).await {
+        let renewed = timeout(deadline.get() - sent, lock.renew(spec, lease)).await;
+        deadline.due.set(None);
+        match renewed {
             Ok(Ok(Renew::Renewed)) => {
                 debug!(key = %spec.key, ttl = %Human(spec.ttl), "redis lock renewed");
                 Stats::bump(&stats.renewals);

@@ -763,3 +763,49 @@ fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
         }
     }
 }
+
+/// A short stall of lockrun (a VM freeze, SIGSTOP) past the moment it would stop the job
+/// killed a job whose lease was intact: exit 76, although the key was still ours (issue 25,
+/// item 2). Waking past that moment with the lease not over, lockrun renews first and stops the
+/// job only if that renewal is not confirmed in time; SIGKILL still comes before the lease can
+/// end.
+#[test]
+fn a_short_stall_of_lockrun_does_not_cost_an_intact_lease() {
+    let redis = Redis::start();
+    let mut cmd = lockrun(&redis);
+    cmd.args([
+        "-t",
+        "3s",
+        "stalled",
+        "--",
+        "sh",
+        "-c",
+        "sleep 3; echo finished",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    thread::sleep(Duration::from_millis(500));
+    kill(child.id(), libc::SIGSTOP);
+    thread::sleep(Duration::from_millis(1500));
+    // A rival during the stall finds the key held: the lease is intact.
+    let mut rival = lockrun(&redis);
+    rival.args(["stalled", "--", "true"]);
+    assert_eq!(run(rival).status.code(), Some(75));
+    kill(child.id(), libc::SIGCONT);
+    let status = wait_timeout(&mut child, PATIENCE).expect("ends");
+    let err = lines.rest();
+    assert_eq!(status.code(), Some(0), "{err}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(out, "finished\n", "{err}");
+    assert!(!err.contains("redis lock lost"), "{err}");
+    assert!(err.contains("renewing first"), "{err}");
+    assert!(!redis.exists("stalled"));
+}
