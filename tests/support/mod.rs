@@ -9,6 +9,7 @@
 
 pub mod chaos;
 pub mod cron;
+pub mod fake;
 pub mod proxy;
 pub mod topology;
 
