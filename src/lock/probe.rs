@@ -1,11 +1,14 @@
 //! Asking a server about itself, for `lockrun doctor`: one command at a time, with the lock's
 //! own timeouts and error reporting ([`RedisLock::request`]), but telling apart the answers a
 //! doctor reports as findings (a command this user may not run, one the server does not offer)
-//! from the failures that end it (the server is unavailable, or refuses us altogether).
+//! from the failures that end it (the server is unavailable, or refuses us altogether). And the one write doctor makes: a probe lock taken and released through the
+//! same [`LockService`] calls a run makes ([`RedisLock::probe_lock`]).
 
+use super::keys::Keys;
 use super::redis::RedisLock;
-use super::LockError;
+use super::{Acquire, Holder, LockError, LockService, LockSpec, Release};
 use redis::Value;
+use std::time::Duration;
 
 /// What one probing command got back.
 #[derive(Debug)]
@@ -38,6 +41,95 @@ impl RedisLock {
     pub fn probes_cluster(&self) -> bool {
         self.is_cluster()
     }
+
+    /// How long one request may take (connecting, or one reply): `--node-timeout`.
+    pub fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Takes and releases `key` as a run does (the same [`LockService`] calls, no history),
+    /// twice: once as the first run on this server would (scripts by `EVALSHA`, by `EVAL` after
+    /// a `NOSCRIPT`), then the other way: by `EVAL` where the first went by `EVALSHA` (a server
+    /// that lost its scripts: restarted, failed over), by `EVALSHA` where the first fell back
+    /// (the scripts are cached now). Then deletes the key's fencing counter, the one key a run
+    /// leaves behind, and the key itself should a release have failed: it is doctor's own.
+    pub async fn probe_lock(&mut self, key: &str) -> LockProbe {
+        let spec = LockSpec {
+            key: key.to_string(),
+            // Long enough for the slowest cycle the request timeout allows (NOSCRIPT, EVAL,
+            // release), short enough to be gone soon should the release not arrive.
+            ttl: (self.timeout * 4).max(Duration::from_secs(10)),
+            limit: None,
+            history: 0,
+            every: None,
+        };
+        let holder = Holder::new(std::ffi::OsStr::new("lockrun-doctor"));
+        self.evalsha = true;
+        let first = self.cycle(&spec, &holder).await.map(|()| self.evalsha);
+        let second = match first {
+            Err(_) => None,
+            Ok(by_sha) => {
+                self.evalsha = !by_sha;
+                let second = self.cycle(&spec, &holder).await.map(|()| self.evalsha);
+                Some((!by_sha, second))
+            }
+        };
+        // A run starts afresh: leave the flag as one would find it.
+        self.evalsha = true;
+        let keys = Keys::of(key);
+        let mut del = redis::cmd("DEL");
+        del.arg(key).arg(&keys.fence);
+        let cleanup = match self.request(del, None).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        };
+        LockProbe {
+            key: key.to_string(),
+            first: first.map_err(|e| e.to_string()),
+            second: second.map(|(sha, r)| (sha, r.map_err(|e| e.to_string()))),
+            cleanup,
+            left: vec![key.to_string(), keys.fence],
+        }
+    }
+
+    /// One acquire and release of the probe key.
+    async fn cycle(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
+        let lease = match self.acquire(spec, holder, false).await? {
+            Acquire::Acquired(lease) => lease,
+            Acquire::Held { .. } => {
+                return Err(LockError::Misuse(format!(
+                    "the probe key {} is held by someone else",
+                    spec.key
+                )))
+            }
+        };
+        match self.release(spec, &lease, Duration::ZERO, None).await? {
+            Release::Deleted | Release::Kept(_) => Ok(()),
+            Release::NotOwner => Err(LockError::Unavailable(format!(
+                "Redis at {} lost the probe lock before its release, within its TTL of {:?} \
+                 (evicted? a failover?)",
+                self.shown(),
+                spec.ttl
+            ))),
+        }
+    }
+}
+
+/// What [`RedisLock::probe_lock`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockProbe {
+    pub key: String,
+    /// The first cycle, as a run would go: `Ok(true)` when both scripts went by `EVALSHA`,
+    /// `Ok(false)` when they fell back to `EVAL` (`NOSCRIPT`, or `EVALSHA` refused); `Err`: what
+    /// a run would have said.
+    pub first: Result<bool, String>,
+    /// The second cycle, after a first that worked: whether it started by `EVALSHA` (`false`:
+    /// by `EVAL` from the start), and as `first` how it went.
+    pub second: Option<(bool, Result<bool, String>)>,
+    /// Deleting what the cycles leave (the fencing counter): `Err` says why it was not.
+    pub cleanup: Result<(), String>,
+    /// The keys the cycles may have left, should the cleanup have failed.
+    pub left: Vec<String>,
 }
 
 /// A refusal of one command by the ACL, as `errors::refusal` words it (Redis and Valkey), as

@@ -60,7 +60,8 @@ pub const TICKET: Duration = Duration::from_secs(3);
 
 pub struct RedisLock {
     connector: Connector,
-    timeout: Duration,
+    /// Bounds connecting and every reply (`doctor` reads it: see `probe.rs`).
+    pub(super) timeout: Duration,
     /// The URL with its credentials replaced, for every message we print.
     shown: String,
     /// Every password we were given, scrubbed from every message we print.
@@ -73,8 +74,9 @@ pub struct RedisLock {
     acks: u32,
     /// The server's own append-only file must have them on disk too (`--fsync`).
     fsync: bool,
-    /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command.
-    evalsha: bool,
+    /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command (`doctor`
+    /// sets and reads it to exercise both ways: see `probe.rs`).
+    pub(super) evalsha: bool,
 }
 
 impl RedisLock {
