@@ -3,10 +3,14 @@
 //! not, one finding per line with a verdict: `ok`, `info`, `warn`, `fail`, `cannot check`.
 //! Exit 0 when nothing is `warn` or `fail`, 1 when something is, 69 when no server answers.
 //!
-//! Only reads and checks: nothing is written (the ACL checks use `ACL DRYRUN`, or
-//! `redis.acl_check_cmd` inside a read-only script). A command the user may not run makes the
-//! checks that needed it `cannot check`, never an error: locked-down servers are normal, and
-//! lockrun's own ACL user may not run INFO or CONFIG at all. The verdicts are in `checks`.
+//! Every check but one only reads (the ACL checks use `ACL DRYRUN`, or `redis.acl_check_cmd`
+//! inside a read-only script). The `lock` check writes, as a run does: it takes and releases a
+//! probe lock through the run's own calls (`lockrun:doctor:{<random>}`, a name no user's lock
+//! can have, with no history), by `EVALSHA` and by `EVAL`, then deletes the fencing counter the
+//! lock leaves; it fails where a run would, in the run's words. A command the user may not run
+//! makes the checks that needed it `cannot check`, never an error: locked-down servers are
+//! normal, and lockrun's own ACL user may not run INFO or CONFIG at all. The verdicts are in
+//! `checks`.
 
 mod checks;
 
@@ -142,7 +146,7 @@ async fn examine(
     key: Option<&str>,
 ) -> Result<(Vec<Finding>, Vec<Report>), LockError> {
     if !node.probes_cluster() {
-        let mut findings = server_checks(node, None).await?;
+        let mut findings = server_checks(node, None, None).await?;
         let cluster = findings.iter().position(|f| f.check == "cluster");
         if let (Some(key), Some(i)) = (key, cluster) {
             // Only when INFO said so: a Cluster node behind a plain URL fails above instead.
@@ -236,7 +240,12 @@ async fn examine(
     let mut reports = Vec::new();
     for (host, port) in &primaries {
         let server = format!("{host}:{port} (of {shown})");
-        match server_checks(node, Some((host, *port))).await {
+        let serves: Vec<(u16, u16)> = slots
+            .iter()
+            .filter(|(_, _, h, p)| h == host && p == port)
+            .map(|(start, end, _, _)| (*start, *end))
+            .collect();
+        match server_checks(node, Some((host, *port)), Some(&serves)).await {
             Ok(findings) => reports.push(report(&server, findings)),
             Err(e) => reports.push(report(
                 &server,
@@ -311,10 +320,12 @@ async fn ask(
     })
 }
 
-/// Checks 1-5 and 7-9 (and 6 for a URL that is not a Cluster's) on one server.
+/// Checks 1-5 and 7-10 (and 6 for a URL that is not a Cluster's) on one server (`at`: a
+/// Cluster primary, serving `serves`).
 async fn server_checks(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
+    serves: Option<&[(u16, u16)]>,
 ) -> Result<Vec<Finding>, LockError> {
     let info = ask(node, at, &["INFO"])
         .await?
@@ -356,6 +367,15 @@ async fn server_checks(
     findings.push(checks::latency(latency.as_deref().map_err(String::as_str)));
     findings.push(checks::clock(clock.as_deref().map_err(String::as_str)));
     findings.extend(acl(node, at).await?);
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    findings.extend(match checks::probe_key(&random[..12], serves) {
+        Some(key) => checks::lock(&node.probe_lock(&key).await),
+        None => vec![finding(
+            "lock",
+            Verdict::CannotCheck,
+            "no key of a slot this primary serves was found for the probe lock",
+        )],
+    });
     Ok(findings)
 }
 
@@ -452,13 +472,16 @@ async fn acl(node: &mut RedisLock, at: Option<(&str, u16)>) -> Result<Vec<Findin
         &helper_key(checks::PROBE_KEY, "fence"),
         &wake_channel(checks::PROBE_KEY),
     );
+    // A user name: a bulk string (a fake server's +OK is none).
     let user = match ask(node, at, &["ACL", "WHOAMI"]).await? {
-        Ok(v) => text(&v),
-        Err(_) => None,
+        Ok(Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Ok(Value::SimpleString(s)) => Ok(s),
+        Ok(_) => Err("ACL WHOAMI: unexpected reply".to_string()),
+        Err(why) => Err(why),
     };
     let dryrun = match &user {
-        Some(user) => dry_run(node, at, user, &probes).await?,
-        None => Err("ACL WHOAMI is denied to this user".to_string()),
+        Ok(user) => dry_run(node, at, user, &probes).await?,
+        Err(why) => Err(why.clone()),
     };
     let name = user.map_or("this user".to_string(), |u| format!("user '{u}'"));
     let name = name.as_str();

@@ -1,7 +1,8 @@
 //! `lockrun doctor`: its findings against real servers configured the ways it checks for
-//! (persistence, eviction, replication, ACL users that may not run what it asks), and its exit
-//! codes: 0 nothing to fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every test passes on
-//! Redis and on Valkey (`LOCKRUN_TEST_SERVER=valkey`).
+//! (persistence, eviction, replication, ACL users that may not run what it asks), its probe
+//! lock against servers where runs cannot lock (no scripts, full, fake: it fails as a run does),
+//! and its exit codes: 0 nothing to fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every
+//! test passes on Redis and on Valkey (`LOCKRUN_TEST_SERVER=valkey`).
 
 use crate::support::topology::{Cluster, ReplicaSet};
 use crate::support::*;
@@ -60,7 +61,8 @@ fn doctor_on_a_default_server_warns_of_no_persistence_only() {
     assert!(line(&out, "latency", "ok").contains("over 20 round trips"));
     line(&out, "clock", "ok");
     assert!(line(&out, "acl", "ok").contains("ACL DRYRUN"));
-    // Nothing was written.
+    line(&out, "lock", "ok");
+    // The probe lock left nothing behind.
     let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
     assert!(keys.is_empty(), "{keys:?}");
 }
@@ -166,6 +168,8 @@ fn doctor_names_the_commands_a_user_lacks() {
         // This user may not run INFO: the checks that need it cannot be made.
         line(&out, "persistence", "cannot check");
         line(&out, "clock", "ok");
+        // Nor EVALSHA: its runs, and doctor's probe lock, go by EVAL.
+        assert!(line(&out, "lock", "ok").contains("by EVAL only"));
     }
     // A command the scripts need is a failure; the user is named when WHOAMI may be asked.
     let url = user(&redis, "nozadd", "&* +@all -zadd");
@@ -276,8 +280,186 @@ fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
         let acl = findings.iter().find(|f| f["check"] == "acl").unwrap();
         assert_eq!(acl["verdict"], "ok", "{node}");
         assert!(!findings.iter().any(|f| f["check"] == "cluster"), "{node}");
+        // A probe lock on each primary, in a slot that primary serves, and nothing left.
+        let lock = findings.iter().find(|f| f["check"] == "lock").unwrap();
+        assert_eq!(lock["verdict"], "ok", "{node}");
+    }
+    for node in &cluster.nodes {
+        assert!(node.cli(&["KEYS", "*"]).trim().is_empty(), "{}", node.port);
+        assert!(node
+            .cli(&["INFO", "commandstats"])
+            .contains("cmdstat_evalsha:"));
     }
     // No persistence on any node: not ok.
     assert_eq!(doc["ok"], false);
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// A redis-server with `args` on a unix socket in its own directory, stopped when dropped.
+struct Server {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(redis_server_binary())
+            .args([
+                "--port",
+                "0",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--unixsocket",
+            ])
+            .arg(dir.path().join("s.sock"))
+            .arg("--dir")
+            .arg(dir.path())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Server { child, dir };
+        let client = redis::Client::open(server.url()).unwrap();
+        eventually("the server to answer", || {
+            client
+                .get_connection()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        });
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("unix://{}", self.dir.path().join("s.sock").display())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a run says on `url`: its exit code and its stderr.
+fn a_run_at(url: &str) -> (Option<i32>, String) {
+    let mut cmd = bare_lockrun();
+    cmd.args(["-r", url, "doctor-agrees", "--", "true"]);
+    let out = run(cmd);
+    (out.status.code(), stderr_of(&out))
+}
+
+/// The lock finding fails with the words a run on the same server fails with (69, one line).
+fn fails_as_a_run_does(url: &str, out: &Output, reason: &str) -> String {
+    let lock = line(out, "lock", "fail");
+    assert!(lock.contains(reason), "{lock}");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(out));
+    let (code, err) = a_run_at(url);
+    assert_eq!(code, Some(69), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let said = err.trim_end();
+    let said = &said[said.find(reason).expect("the run names the reason")..];
+    assert!(lock.ends_with(said), "doctor: {lock}\nrun: {err}");
+    lock
+}
+
+/// Before: doctor only read, and said nothing of whether a lock can be taken. Now it takes and
+/// releases a probe lock as a run does, by EVALSHA and by EVAL (a fresh server has no script
+/// yet: EVALSHA → NOSCRIPT → EVAL, then EVALSHA finds them), and leaves nothing behind: no
+/// key, no fencing counter, no history.
+#[test]
+fn doctor_takes_and_releases_a_probe_lock_and_leaves_nothing_behind() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["SET", "users-own-key", "v"]);
+    for round in 0..2 {
+        let (sha, eval) = (redis.command_calls("evalsha"), redis.command_calls("eval"));
+        let out = doctor(&redis, &[]);
+        let lock = line(&out, "lock", "ok");
+        assert!(lock.contains("EVALSHA and EVAL"), "{lock}");
+        // Both paths ran both scripts (acquire and release): by EVALSHA, and by EVAL (after
+        // NOSCRIPT on the fresh server; on purpose once the scripts are there).
+        assert!(redis.command_calls("evalsha") >= sha + 2, "round {round}");
+        assert!(redis.command_calls("eval") >= eval + 2, "round {round}");
+        let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+        assert_eq!(keys, ["users-own-key"], "round {round}");
+        assert_eq!(redis.cmd::<i64>(&["DBSIZE"]), 1);
+    }
+}
+
+/// The server refuses EVALSHA (renamed away): a run sends its scripts by EVAL and works, so
+/// the lock finding is ok, and the ACL finding says what the renaming costs instead of an ok
+/// that contradicts nothing or a failure that contradicts the runs.
+#[test]
+fn doctor_without_evalsha_is_ok_as_the_runs_are() {
+    let server = Server::start(&["--rename-command", "EVALSHA", ""]);
+    let out = doctor_at(&server.url(), &[]);
+    let lock = line(&out, "lock", "ok");
+    assert!(lock.contains("EVAL only"), "{lock}");
+    assert!(lock.contains("EVALSHA"), "{lock}");
+    let acl = lines_of(&out, "acl");
+    assert!(acl.iter().all(|(v, _)| v == "ok" || v == "info"), "{acl:?}");
+    assert!(
+        acl.iter()
+            .any(|(_, d)| d.contains("does not offer EVALSHA")),
+        "{acl:?}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(
+            &mut redis::Client::open(server.url())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+    assert_eq!(a_run_at(&server.url()).0, Some(0));
+}
+
+/// Neither EVAL nor EVALSHA: every run exits 69 saying so, and so does doctor's lock finding.
+#[test]
+fn doctor_fails_a_server_without_scripts_as_a_run_does() {
+    let server = Server::start(&[
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
+    let out = doctor_at(&server.url(), &[]);
+    fails_as_a_run_does(&server.url(), &out, "the server does not offer EVAL");
+}
+
+/// A server that is full right now (AOF on, used memory over maxmemory, noeviction): every
+/// lock exits 69 with OOM, and doctor's lock finding fails with the same words.
+#[test]
+fn doctor_fails_a_full_server_as_a_run_does() {
+    let redis = Redis::start();
+    redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
+    redis.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cmd::<()>(&["SET", "ballast", &"x".repeat(4 << 20)]);
+    redis.cmd::<()>(&["CONFIG", "SET", "maxmemory", "2mb"]);
+    let out = doctor(&redis, &[]);
+    fails_as_a_run_does(&redis.url(), &out, "OOM");
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    assert_eq!(keys, ["ballast"]);
+}
+
+/// A fake server answering +OK to everything: no run can lock there, and doctor says so.
+#[test]
+fn doctor_fails_a_fake_server_as_a_run_does() {
+    let fake = crate::support::fake::Fake::start(b"+OK\r\n");
+    let out = doctor_at(&fake.url(), &[]);
+    fails_as_a_run_does(&fake.url(), &out, "not a usable Redis");
+    // Nor does it pass the ACL check on the fake's say-so.
+    assert!(
+        lines_of(&out, "acl").iter().all(|(v, _)| v != "ok"),
+        "{}",
+        stdout_of(&out)
+    );
 }
