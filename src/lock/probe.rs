@@ -1,7 +1,8 @@
-//! Asking a server about itself, for `lockrun doctor`: one command at a time, with the lock's
-//! own timeouts and error reporting ([`RedisLock::request`]), but telling apart the answers a
-//! doctor reports as findings (a command this user may not run, one the server does not offer)
-//! from the failures that end it (the server is unavailable, or refuses us altogether). And the one write doctor makes: a probe lock taken and released through the
+//! Asking a server about itself, for `lockrun doctor`: a command, or several in one round trip,
+//! with the lock's own timeouts and error reporting ([`RedisLock::request`]), but telling apart
+//! the answers a doctor reports as findings (a command this user may not run, one the server
+//! does not offer) from the failures that end it (the server is unavailable, or refuses us
+//! altogether). And the one write doctor makes: a probe lock taken and released through the
 //! same [`LockService`] calls a run makes ([`RedisLock::probe_lock`]).
 
 use super::keys::Keys;
@@ -29,12 +30,28 @@ impl RedisLock {
         cmd: redis::Cmd,
         at: Option<(&str, u16)>,
     ) -> Result<Probe, LockError> {
-        match self.request(cmd, at).await {
-            Ok(v) => Ok(Probe::Answer(v)),
-            Err(LockError::Refused(m)) if is_denied(&m) => Ok(Probe::Denied),
-            Err(LockError::Misuse(m)) => Ok(Probe::Error(server_words(&m))),
-            Err(e) => Err(e),
-        }
+        probed(self.request(cmd, at).await)
+    }
+
+    /// Several commands in one round trip, each answered as [`Self::probe`] would answer it.
+    /// `Err` only when the server cannot be asked at all, or refuses lockrun (authentication).
+    pub async fn probe_all(
+        &mut self,
+        cmds: &[redis::Cmd],
+        at: Option<(&str, u16)>,
+    ) -> Result<Vec<Probe>, LockError> {
+        let replies = match self.request_all(cmds, at).await {
+            Ok(replies) => replies,
+            // The pipeline as a whole was answered with an error: each command was.
+            Err(LockError::Misuse(m)) => {
+                return Ok(cmds
+                    .iter()
+                    .map(|_| Probe::Error(server_words(&m)))
+                    .collect())
+            }
+            Err(e) => return Err(e),
+        };
+        replies.into_iter().map(probed).collect()
     }
 
     /// Whether the URL is a Redis Cluster's (`redis+cluster://`).
@@ -130,6 +147,16 @@ pub struct LockProbe {
     pub cleanup: Result<(), String>,
     /// The keys the cycles may have left, should the cleanup have failed.
     pub left: Vec<String>,
+}
+
+/// One reply as [`RedisLock::probe`] tells it.
+fn probed(reply: Result<Value, LockError>) -> Result<Probe, LockError> {
+    match reply {
+        Ok(v) => Ok(Probe::Answer(v)),
+        Err(LockError::Refused(m)) if is_denied(&m) => Ok(Probe::Denied),
+        Err(LockError::Misuse(m)) => Ok(Probe::Error(server_words(&m))),
+        Err(e) => Err(e),
+    }
 }
 
 /// A refusal of one command by the ACL, as `errors::refusal` words it (Redis and Valkey), as

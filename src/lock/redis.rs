@@ -331,14 +331,71 @@ impl RedisLock {
         };
         match reply {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) if refusal(&e, None).is_some() || is_dropped(&e) || is_transient(&e) => {
+            Ok(Err(e)) => Err(self.request_failed(&e)),
+            Err(_) => {
                 self.conn = None;
-                Err(self.unavailable(&e))
+                Err(self.timed_out("no reply"))
             }
-            Ok(Err(e)) => Err(LockError::Misuse(
+        }
+    }
+
+    /// What an error reply to [`Self::request`] means: the server refused lockrun, is gone or
+    /// is in trouble (the connection is dropped), or it answered this command with an error.
+    fn request_failed(&mut self, e: &redis::RedisError) -> LockError {
+        if refusal(e, None).is_some() || is_dropped(e) || is_transient(e) {
+            self.conn = None;
+            self.unavailable(e)
+        } else {
+            LockError::Misuse(
                 self.secrets
                     .scrub(&format!("Redis at {} answered: {e}", self.shown)),
-            )),
+            )
+        }
+    }
+
+    /// [`Self::request`] of several commands in one round trip (a pipeline): `doctor` asks
+    /// dozens of questions, and a server that answers slowly must not cost a round trip each.
+    /// Each command's reply, or its error as `request` would return it; `Err`: no reply.
+    pub(super) async fn request_all(
+        &mut self,
+        cmds: &[redis::Cmd],
+        at: Option<(&str, u16)>,
+    ) -> Result<Vec<Result<Value, LockError>>, LockError> {
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        pipe.ignore_errors();
+        let mut conn = self.connection().await?;
+        let started = std::time::Instant::now();
+        let reply = loop {
+            let reply = match (&mut conn, at) {
+                (Conn::Cluster(c), Some((host, port))) => {
+                    use redis::cluster_routing::SingleNodeRoutingInfo;
+                    let routing = SingleNodeRoutingInfo::ByAddress {
+                        host: host.to_string(),
+                        port,
+                    };
+                    let asked = c.route_pipeline(pipe.clone(), 0, cmds.len(), routing);
+                    tokio::time::timeout(self.timeout, asked).await
+                }
+                (conn, _) => {
+                    tokio::time::timeout(self.timeout, pipe.query_async::<Vec<Value>>(conn)).await
+                }
+            };
+            match reply {
+                Ok(Err(e)) if self.ask_again(&e, started) => {
+                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
+                }
+                other => break other,
+            }
+        };
+        match reply {
+            Ok(Ok(replies)) => Ok(replies
+                .into_iter()
+                .map(|v| v.extract_error().map_err(|e| self.request_failed(&e)))
+                .collect()),
+            Ok(Err(e)) => Err(self.request_failed(&e)),
             Err(_) => {
                 self.conn = None;
                 Err(self.timed_out("no reply"))

@@ -9,8 +9,13 @@
 //! can have, with no history), by `EVALSHA` and by `EVAL`, then deletes the fencing counter the
 //! lock leaves; it fails where a run would, in the run's words. A command the user may not run
 //! makes the checks that needed it `cannot check`, never an error: locked-down servers are
-//! normal, and lockrun's own ACL user may not run INFO or CONFIG at all. The verdicts are in
-//! `checks`.
+//! normal, and lockrun's own ACL user may not run INFO or CONFIG at all.
+//!
+//! Each request is bounded by the request timeout (`--node-timeout`), and each check costs one
+//! round trip or a few (the questions of several checks go in one pipeline; the latency samples
+//! stop at the request timeout), so a server that answers slowly still gets every finding in a
+//! bounded time, each printed as soon as it is known (`--json`: one document at the end). The
+//! verdicts are in `checks`.
 
 mod checks;
 
@@ -25,7 +30,8 @@ use redis::Value;
 use serde_json::json;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How many round trips the latency and clock checks measure.
+/// How many round trips the latency and clock checks measure, at most: they stop at the
+/// request timeout.
 const SAMPLES: usize = 20;
 
 /// The checks of one server.
@@ -50,18 +56,83 @@ impl Report {
             "ok": self.ok(),
         })
     }
+}
 
-    fn text(&self) -> String {
-        let mut out = format!("server: {}\n", self.server);
-        for f in &self.findings {
-            out.push_str(&format!(
-                "{:<13}{:<13}{}\n",
-                f.verdict.as_str(),
-                f.check,
-                f.detail
-            ));
+/// One finding as a line of text.
+fn line(f: &Finding) -> String {
+    format!("{:<13}{:<13}{}\n", f.verdict.as_str(), f.check, f.detail)
+}
+
+/// Which report a finding goes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Section(usize);
+
+/// The reports as they grow, and the text printed as they do: each finding is printed when it
+/// is known, so a slow server shows its checks one by one. Nothing is printed until some
+/// server has answered (when none does, doctor prints nothing and exits 69).
+struct Out {
+    json: bool,
+    reports: Vec<Report>,
+    /// Text not printed yet: `Some` until a server answers.
+    held: Option<String>,
+    /// The section whose header was printed last.
+    current: Option<Section>,
+}
+
+impl Out {
+    fn new(json: bool) -> Out {
+        Out {
+            json,
+            reports: Vec::new(),
+            held: Some(String::new()),
+            current: None,
         }
-        out
+    }
+
+    fn print(&mut self, text: &str) {
+        if self.json {
+            return;
+        }
+        match &mut self.held {
+            Some(held) => held.push_str(text),
+            None => crate::output::print(text),
+        }
+    }
+
+    /// A server answered: what was held is printed, and from now on each line as it comes.
+    fn answered(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.print(&held);
+        }
+    }
+
+    /// A new report; its header is printed with its first finding.
+    fn section(&mut self, server: &str) -> Section {
+        self.reports.push(Report {
+            server: server.to_string(),
+            findings: Vec::new(),
+        });
+        Section(self.reports.len() - 1)
+    }
+
+    /// Adds a finding to `to` and prints it, under a header naming `to`'s server, or
+    /// `heading`: a Cluster's own findings go to the whole setup's report, and in a list of
+    /// Redlock masters another master's findings may have been printed since its header.
+    fn add(&mut self, to: Section, f: Finding, heading: Option<&str>) {
+        if self.current != Some(to) {
+            let gap = if self.current.is_some() { "\n" } else { "" };
+            let name = heading.unwrap_or(&self.reports[to.0].server).to_string();
+            self.print(&format!("{gap}server: {name}\n"));
+            self.current = Some(to);
+        }
+        self.print(&line(&f));
+        self.reports[to.0].findings.push(f);
+    }
+
+    fn add_all(&mut self, to: Section, findings: Vec<Finding>) {
+        for f in findings {
+            self.add(to, f, None);
+        }
     }
 }
 
@@ -71,16 +142,15 @@ pub async fn run(
     json: bool,
 ) -> Result<ExitCode, LockError> {
     let several = nodes.len() > 1;
-    let mut top = Report {
-        server: nodes
-            .iter()
-            .map(|n| n.shown().to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        findings: Vec::new(),
-    };
-    if several {
-        top.findings.push(finding(
+    let mut out = Out::new(json);
+    // One plain server: its report is the document. Several (Cluster primaries, Redlock
+    // masters): the whole setup's findings, then each server's under `nodes`.
+    let top = (several || nodes[0].probes_cluster()).then(|| {
+        let all: Vec<&str> = nodes.iter().map(RedisLock::shown).collect();
+        out.section(&all.join(","))
+    });
+    if let (true, Some(top)) = (several, top) {
+        let f = finding(
             "redlock",
             Verdict::Info,
             format!(
@@ -88,106 +158,90 @@ pub async fn run(
                 nodes.len(),
                 super::quorum(nodes.len())
             ),
-        ));
+        );
+        out.add(top, f, None);
     }
-    let mut reports = Vec::new();
     let mut unavailable = Vec::new();
     for node in nodes.iter_mut() {
-        match examine(node, key).await {
-            Ok((findings, mut per_node)) => {
-                top.findings.extend(findings);
-                reports.append(&mut per_node);
-            }
-            Err(e) => {
-                // One Redlock master down is a finding; every server down is "unavailable".
-                reports.push(Report {
-                    server: node.shown().to_string(),
-                    findings: vec![finding("connection", Verdict::Fail, e.to_string())],
-                });
-                unavailable.push(e);
-            }
+        let section = (!node.probes_cluster()).then(|| out.section(node.shown()));
+        if let Err(e) = examine(node, key, &mut out, top, section).await {
+            // One Redlock master down is a finding; every server down is "unavailable".
+            let s = section.unwrap_or_else(|| out.section(node.shown()));
+            out.add(s, finding("connection", Verdict::Fail, e.to_string()), None);
+            unavailable.push(e);
         }
     }
     if unavailable.len() == nodes.len() {
         return Err(unavailable.remove(0));
     }
+    out.answered();
     for e in &unavailable {
         tracing::warn!("{e}");
     }
-    // One server: its report is the document. Several (Cluster primaries, Redlock masters):
-    // the whole setup's findings, then each server's under `nodes`.
-    let (doc, text, ok) = if reports.len() == 1 && top.findings.is_empty() {
-        let only = &reports[0];
-        (only.json(), only.text(), only.ok())
-    } else {
-        let ok = top.ok() && reports.iter().all(Report::ok);
-        let mut doc = top.json();
-        doc["ok"] = ok.into();
-        doc["nodes"] = reports.iter().map(Report::json).collect();
-        let mut text = top.text();
-        for r in &reports {
-            text.push('\n');
-            text.push_str(&r.text());
-        }
-        (doc, text, ok)
-    };
+    let ok = out.reports.iter().all(Report::ok);
     if json {
+        let doc = match top {
+            None => out.reports[0].json(),
+            Some(top) => {
+                let mut doc = out.reports[top.0].json();
+                doc["ok"] = ok.into();
+                doc["nodes"] = out
+                    .reports
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != top.0)
+                    .map(|(_, r)| r.json())
+                    .collect();
+                doc
+            }
+        };
         print_json(&doc);
-    } else {
-        crate::output::print(&text);
     }
     Ok(ExitCode::Command(if ok { 0 } else { 1 }))
 }
 
-/// One URL: the checks of its server, or on a Cluster the Cluster's own findings (returned
-/// first) and one report per primary.
+/// One URL: the checks of its server (in `section`), or on a Cluster the Cluster's own
+/// findings (in `top`) and a report per primary. `Err`: the server (the Cluster) did not
+/// answer at all.
 async fn examine(
     node: &mut RedisLock,
     key: Option<&str>,
-) -> Result<(Vec<Finding>, Vec<Report>), LockError> {
-    if !node.probes_cluster() {
-        let mut findings = server_checks(node, None, None).await?;
-        let cluster = findings.iter().position(|f| f.check == "cluster");
-        if let (Some(key), Some(i)) = (key, cluster) {
-            // Only when INFO said so: a Cluster node behind a plain URL fails above instead.
-            if findings[i].verdict == Verdict::Info {
-                let slot = finding(
-                    "slot",
-                    Verdict::Info,
-                    format!("'{key}': not a Cluster, this server holds every key"),
-                );
-                findings.insert(i + 1, slot);
-            }
-        }
-        return Ok((Vec::new(), vec![report(node.shown(), findings)]));
+    out: &mut Out,
+    top: Option<Section>,
+    section: Option<Section>,
+) -> Result<(), LockError> {
+    if let Some(section) = section {
+        let slot = key.map(|key| {
+            finding(
+                "slot",
+                Verdict::Info,
+                format!("'{key}': not a Cluster, this server holds every key"),
+            )
+        });
+        return server_checks(node, None, None, out, section, slot).await;
     }
     let shown = node.shown().to_string();
+    let top = top.unwrap_or_else(|| out.section(&shown));
     let slots = match node
         .probe(redis::cmd("CLUSTER").arg("SLOTS").clone(), None)
         .await?
     {
         Probe::Answer(v) => slot_ranges(&v),
-        Probe::Denied => {
-            return Ok((
-                vec![finding(
-                    "cluster",
-                    Verdict::CannotCheck,
-                    "CLUSTER SLOTS is denied to this user: the primaries cannot be listed",
-                )],
-                Vec::new(),
-            ))
-        }
-        Probe::Error(e) => {
-            return Ok((
-                vec![finding(
-                    "cluster",
-                    Verdict::CannotCheck,
-                    format!("CLUSTER SLOTS: {e}"),
-                )],
-                Vec::new(),
-            ))
+        denied_or_error => {
+            out.answered();
+            let why = match denied_or_error {
+                Probe::Error(e) => format!("CLUSTER SLOTS: {e}"),
+                _ => "CLUSTER SLOTS is denied to this user: the primaries cannot be listed".into(),
+            };
+            out.add(
+                top,
+                finding("cluster", Verdict::CannotCheck, why),
+                Some(&shown),
+            );
+            return Ok(());
         }
     };
+    out.answered();
     let mut primaries: Vec<(String, u16)> = Vec::new();
     let mut covered = 0u32;
     for (start, end, host, port) in &slots {
@@ -196,7 +250,7 @@ async fn examine(
             primaries.push((host.clone(), *port));
         }
     }
-    let mut top = vec![if covered == 16384 {
+    let f = if covered == 16384 {
         finding(
             "cluster",
             Verdict::Ok,
@@ -213,20 +267,23 @@ async fn examine(
                 "the primaries serve {covered} of 16384 slots: locks in the others are refused"
             ),
         )
-    }];
+    };
+    out.add(top, f, Some(&shown));
     if let Some(key) = key {
         let slot = match node
             .probe(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).clone(), None)
-            .await?
+            .await
         {
-            Probe::Answer(Value::Int(s)) => Some(s),
+            Ok(Probe::Answer(Value::Int(s))) => Some(s),
             _ => None,
         };
-        top.push(match slot {
+        let f = match slot {
             Some(slot) => {
                 let owner = slots
                     .iter()
-                    .find(|(start, end, _, _)| (i64::from(*start)..=i64::from(*end)).contains(&slot))
+                    .find(|(start, end, _, _)| {
+                        (i64::from(*start)..=i64::from(*end)).contains(&slot)
+                    })
                     .map_or("no primary".to_string(), |(_, _, h, p)| format!("{h}:{p}"));
                 finding(
                     "slot",
@@ -234,33 +291,32 @@ async fn examine(
                     format!("'{key}' is in slot {slot}, served by {owner} (its fence, queue and history too)"),
                 )
             }
-            None => finding("slot", Verdict::CannotCheck, "CLUSTER KEYSLOT gave no answer"),
-        });
+            None => finding(
+                "slot",
+                Verdict::CannotCheck,
+                "CLUSTER KEYSLOT gave no answer",
+            ),
+        };
+        out.add(top, f, Some(&shown));
     }
-    let mut reports = Vec::new();
     for (host, port) in &primaries {
         let server = format!("{host}:{port} (of {shown})");
+        let section = out.section(&server);
         let serves: Vec<(u16, u16)> = slots
             .iter()
             .filter(|(_, _, h, p)| h == host && p == port)
             .map(|(start, end, _, _)| (*start, *end))
             .collect();
-        match server_checks(node, Some((host, *port)), Some(&serves)).await {
-            Ok(findings) => reports.push(report(&server, findings)),
-            Err(e) => reports.push(report(
-                &server,
-                vec![finding("connection", Verdict::Fail, e.to_string())],
-            )),
+        let at = Some((host.as_str(), *port));
+        if let Err(e) = server_checks(node, at, Some(&serves), out, section, None).await {
+            out.add(
+                section,
+                finding("connection", Verdict::Fail, e.to_string()),
+                None,
+            );
         }
     }
-    Ok((top, reports))
-}
-
-fn report(server: &str, findings: Vec<Finding>) -> Report {
-    Report {
-        server: server.to_string(),
-        findings,
-    }
+    Ok(())
 }
 
 /// `[start, end, [host, port, …], replicas…]` per range → (start, end, primary host, port).
@@ -302,53 +358,84 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// A reply, or why the check that needed it cannot be made (`name`: the command, for that).
+fn answer(probe: Probe, name: &str) -> Result<Value, String> {
+    match probe {
+        Probe::Answer(v) => Ok(v),
+        Probe::Denied => Err(format!("{name} is denied to this user")),
+        Probe::Error(e) => Err(format!("{name}: {e}")),
+    }
+}
+
 /// One command: its reply, or why the check that needs it cannot be made.
 async fn ask(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
     args: &[&str],
 ) -> Result<Result<Value, String>, LockError> {
+    let name = args[..args.len().min(2)].join(" ");
+    Ok(answer(node.probe(command(args), at).await?, &name))
+}
+
+fn command(args: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd(args[0]);
     for a in &args[1..] {
         cmd.arg(*a);
     }
-    let name = args[..args.len().min(2)].join(" ");
-    Ok(match node.probe(cmd, at).await? {
-        Probe::Answer(v) => Ok(v),
-        Probe::Denied => Err(format!("{name} is denied to this user")),
-        Probe::Error(e) => Err(format!("{name}: {e}")),
-    })
+    cmd
 }
 
-/// Checks 1-5 and 7-10 (and 6 for a URL that is not a Cluster's) on one server (`at`: a
-/// Cluster primary, serving `serves`).
+/// Every check of one server (`at`: a Cluster primary, serving `serves`), each finding added
+/// to `section` as soon as it is known; `slot` goes after the cluster finding. `Err`: the
+/// server did not answer the first request. A request that fails later makes its check
+/// `cannot check` (the lock probe: `fail`, as a run would), and the others still go on.
 async fn server_checks(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
     serves: Option<&[(u16, u16)]>,
-) -> Result<Vec<Finding>, LockError> {
-    let info = ask(node, at, &["INFO"])
-        .await?
-        .map(|v| Info::parse(&text(&v).unwrap_or_default()));
+    out: &mut Out,
+    section: Section,
+    slot: Option<Finding>,
+) -> Result<(), LockError> {
+    // What checks 1 to 6 and the ACL's user need, in one round trip.
+    let asked: [&[&str]; 5] = [
+        &["INFO"],
+        &["CONFIG", "GET", "save"],
+        &["CONFIG", "GET", "appendfsync"],
+        &["COMMAND", "INFO", "WAIT", "WAITAOF"],
+        &["ACL", "WHOAMI"],
+    ];
+    let cmds: Vec<redis::Cmd> = asked.iter().map(|a| command(a)).collect();
+    let replies = node.probe_all(&cmds, at).await?;
+    out.answered();
+    let mut replies = replies
+        .into_iter()
+        .zip(asked)
+        .map(|(p, a)| answer(p, &a[..a.len().min(2)].join(" ")));
+    let mut next = || replies.next().unwrap_or_else(|| Err("no reply".into()));
+    let info = next().map(|v| Info::parse(&text(&v).unwrap_or_default()));
     let info = info.as_ref().map_err(String::as_str);
-    let config =
-        async |node: &mut RedisLock, name: &str| -> Result<Result<String, String>, LockError> {
-            Ok(ask(node, at, &["CONFIG", "GET", name])
-                .await?
-                .and_then(|v| {
-                    // [name, value] (RESP2) or {name: value} (RESP3).
-                    let value = match &v {
-                        Value::Array(items) => items.get(1).and_then(text),
-                        Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
-                        _ => None,
-                    };
-                    value.ok_or_else(|| format!("CONFIG GET {name}: no such parameter"))
-                }))
-        };
-    let save = config(node, "save").await?;
-    let appendfsync = config(node, "appendfsync").await?;
-    let (wait, waitaof) = wait_commands(node, at, info).await?;
-    let (latency, clock) = round_trips(node, at).await?;
+    let config = |reply: Result<Value, String>, name: &str| {
+        reply.and_then(|v| {
+            // [name, value] (RESP2) or {name: value} (RESP3).
+            let value = match &v {
+                Value::Array(items) => items.get(1).and_then(text),
+                Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
+                _ => None,
+            };
+            value.ok_or_else(|| format!("CONFIG GET {name}: no such parameter"))
+        })
+    };
+    let save = config(next(), "save");
+    let appendfsync = config(next(), "appendfsync");
+    let (wait, waitaof) = wait_commands(next(), info);
+    // A user name: a bulk string (a fake server's +OK is none).
+    let user = match next() {
+        Ok(Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Ok(Value::SimpleString(s)) => Ok(s),
+        Ok(_) => Err("ACL WHOAMI: unexpected reply".to_string()),
+        Err(why) => Err(why),
+    };
     let mut findings = vec![
         checks::server(info),
         checks::role(info),
@@ -362,33 +449,53 @@ async fn server_checks(
         checks::fsync(waitaof.as_ref().copied().map_err(String::as_str), info),
     ];
     if !node.probes_cluster() {
-        findings.push(checks::cluster_mode(info));
+        let cluster = checks::cluster_mode(info);
+        // Only when INFO said so: a Cluster node behind a plain URL fails instead.
+        let plain = cluster.verdict == Verdict::Info;
+        findings.push(cluster);
+        findings.extend(slot.filter(|_| plain));
     }
-    findings.push(checks::latency(latency.as_deref().map_err(String::as_str)));
-    findings.push(checks::clock(clock.as_deref().map_err(String::as_str)));
-    findings.extend(acl(node, at).await?);
+    out.add_all(section, findings);
+    let (latency, clock) = match round_trips(node, at).await {
+        Ok(measured) => measured,
+        Err(e) => (Err(e.to_string()), Err(e.to_string())),
+    };
+    out.add(
+        section,
+        checks::latency(latency.as_deref().map_err(String::as_str)),
+        None,
+    );
+    out.add(
+        section,
+        checks::clock(clock.as_deref().map_err(String::as_str)),
+        None,
+    );
+    let acl = match acl(node, at, user).await {
+        Ok(findings) => findings,
+        Err(e) => vec![finding("acl", Verdict::CannotCheck, e.to_string())],
+    };
+    out.add_all(section, acl);
     let random = uuid::Uuid::new_v4().simple().to_string();
-    findings.extend(match checks::probe_key(&random[..12], serves) {
+    let lock = match checks::probe_key(&random[..12], serves) {
         Some(key) => checks::lock(&node.probe_lock(&key).await),
         None => vec![finding(
             "lock",
             Verdict::CannotCheck,
             "no key of a slot this primary serves was found for the probe lock",
         )],
-    });
-    Ok(findings)
+    };
+    out.add_all(section, lock);
+    Ok(())
 }
 
-/// Whether the server offers WAIT and WAITAOF: `COMMAND INFO`, or else by version.
-async fn wait_commands(
-    node: &mut RedisLock,
-    at: Option<(&str, u16)>,
-    info: Result<&Info, &str>,
-) -> Result<(Result<bool, String>, Result<bool, String>), LockError> {
-    match ask(node, at, &["COMMAND", "INFO", "WAIT", "WAITAOF"]).await? {
+/// Whether the server offers WAIT and WAITAOF: `COMMAND INFO`'s reply, or else by version.
+type Offered = Result<bool, String>;
+
+fn wait_commands(reply: Result<Value, String>, info: Result<&Info, &str>) -> (Offered, Offered) {
+    match reply {
         Ok(Value::Array(items)) if items.len() == 2 => {
             let offered = |v: &Value| !matches!(v, Value::Nil);
-            Ok((Ok(offered(&items[0])), Ok(offered(&items[1]))))
+            (Ok(offered(&items[0])), Ok(offered(&items[1])))
         }
         other => {
             let why = other
@@ -396,8 +503,8 @@ async fn wait_commands(
                 .unwrap_or_else(|| "COMMAND INFO: unexpected reply".into());
             match info.ok().and_then(Server::of) {
                 // WAIT is in every version lockrun supports.
-                Some(server) => Ok((Ok(true), Ok(server.has_waitaof()))),
-                None => Ok((Err(why.clone()), Err(why))),
+                Some(server) => (Ok(true), Ok(server.has_waitaof())),
+                None => (Err(why.clone()), Err(why)),
             }
         }
     }
@@ -405,17 +512,24 @@ async fn wait_commands(
 
 type Measured<T> = Result<Vec<T>, String>;
 
-/// [`SAMPLES`] round trips of `TIME`, which serve both the latency and the clock check (and
-/// which lockrun's own ACL user may run: its scripts call TIME); `PING` for the latency alone
-/// when TIME is denied.
+/// Up to [`SAMPLES`] round trips of `TIME`, which serve both the latency and the clock check
+/// (and which lockrun's own ACL user may run: its scripts call TIME); `PING` for the latency
+/// alone when TIME is denied. Sampling stops before a round trip that would take the check
+/// past the request timeout: a slow server gets one sample, not twenty slow ones.
 async fn round_trips(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
 ) -> Result<(Measured<Duration>, Measured<ClockSample>), LockError> {
+    let budget = node.request_timeout();
+    let began = Instant::now();
+    let more = |rtts: &[Duration]| {
+        let last = rtts.last().copied().unwrap_or_default();
+        rtts.len() < SAMPLES && began.elapsed() + last <= budget
+    };
     let mut rtts = Vec::new();
     let mut clock = Vec::new();
     let mut clock_why = None;
-    for _ in 0..SAMPLES {
+    while more(&rtts) {
         let sent = SystemTime::now();
         let started = Instant::now();
         let reply = ask(node, at, &["TIME"]).await?;
@@ -452,7 +566,7 @@ async fn round_trips(
     };
     // A denied command costs a reconnection: measure with PING instead.
     let mut rtts = Vec::new();
-    for _ in 0..SAMPLES {
+    while more(&rtts) {
         let started = Instant::now();
         match ask(node, at, &["PING"]).await? {
             Ok(_) => rtts.push(started.elapsed()),
@@ -465,20 +579,17 @@ async fn round_trips(
 /// Checks whether the user may run every command lockrun sends or its scripts call, on a
 /// sample key and a helper key beside it: by `ACL DRYRUN` (Redis 7.0+, needs ACL permission),
 /// or else by `redis.acl_check_cmd` in a script, which needs nothing but EVAL, which lockrun's
-/// own user has. Neither writes anything.
-async fn acl(node: &mut RedisLock, at: Option<(&str, u16)>) -> Result<Vec<Finding>, LockError> {
+/// own user has. Neither writes anything. `user`: what `ACL WHOAMI` answered, or why not.
+async fn acl(
+    node: &mut RedisLock,
+    at: Option<(&str, u16)>,
+    user: Result<String, String>,
+) -> Result<Vec<Finding>, LockError> {
     let probes = checks::probes(
         node.probes_cluster(),
         &helper_key(checks::PROBE_KEY, "fence"),
         &wake_channel(checks::PROBE_KEY),
     );
-    // A user name: a bulk string (a fake server's +OK is none).
-    let user = match ask(node, at, &["ACL", "WHOAMI"]).await? {
-        Ok(Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),
-        Ok(Value::SimpleString(s)) => Ok(s),
-        Ok(_) => Err("ACL WHOAMI: unexpected reply".to_string()),
-        Err(why) => Err(why),
-    };
     let dryrun = match &user {
         Ok(user) => dry_run(node, at, user, &probes).await?,
         Err(why) => Err(why.clone()),
@@ -504,18 +615,26 @@ async fn acl(node: &mut RedisLock, at: Option<(&str, u16)>) -> Result<Vec<Findin
     }
 }
 
-/// `ACL DRYRUN <user> <command…>` for every probe; `Err`: DRYRUN itself cannot be asked.
+/// `ACL DRYRUN <user> <command…>` for every probe, all in one round trip; `Err`: DRYRUN
+/// itself cannot be asked.
 async fn dry_run(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
     user: &str,
     probes: &[checks::Probe],
 ) -> Result<Result<Vec<(checks::Probe, Access)>, String>, LockError> {
+    let cmds: Vec<redis::Cmd> = probes
+        .iter()
+        .map(|probe| {
+            let mut args = vec!["ACL", "DRYRUN", user];
+            args.extend(probe.line.iter().map(String::as_str));
+            command(&args)
+        })
+        .collect();
+    let replies = node.probe_all(&cmds, at).await?;
     let mut answers = Vec::new();
-    for probe in probes {
-        let mut args = vec!["ACL", "DRYRUN", user];
-        args.extend(probe.line.iter().map(String::as_str));
-        let access = match ask(node, at, &args).await? {
+    for (probe, reply) in probes.iter().zip(replies) {
+        let access = match answer(reply, "ACL DRYRUN") {
             // "OK", or a sentence saying what is not permitted.
             Ok(Value::Okay) => Access::Allowed,
             Ok(v) if text(&v).as_deref() == Some("OK") => Access::Allowed,

@@ -1,8 +1,9 @@
 //! `lockrun doctor`: its findings against real servers configured the ways it checks for
 //! (persistence, eviction, replication, ACL users that may not run what it asks), its probe
 //! lock against servers where runs cannot lock (no scripts, full, fake: it fails as a run does),
-//! and its exit codes: 0 nothing to fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every
-//! test passes on Redis and on Valkey (`LOCKRUN_TEST_SERVER=valkey`).
+//! a server that answers slowly (bounded, printed as it goes), and its exit codes: 0 nothing to
+//! fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every test passes on Redis and on Valkey
+//! (`LOCKRUN_TEST_SERVER=valkey`).
 
 use crate::support::topology::{Cluster, ReplicaSet};
 use crate::support::*;
@@ -462,4 +463,88 @@ fn doctor_fails_a_fake_server_as_a_run_does() {
         "{}",
         stdout_of(&out)
     );
+}
+
+/// How long the slow server takes to answer anything.
+const SLOW_REPLY: std::time::Duration = std::time::Duration::from_millis(2500);
+
+/// A server answering every reply 2.5 s late (below the 3 s request timeout, so each request
+/// succeeds): doctor took 175 s and printed everything at the end. Now each check costs one
+/// round trip or a bounded few, and each finding is printed when it is known.
+#[test]
+fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let redis = Redis::start_tcp();
+    let proxy = crate::support::proxy::Proxy::start(
+        format!("127.0.0.1:{}", redis.port.unwrap())
+            .parse()
+            .unwrap(),
+    );
+    proxy.set(crate::support::proxy::Fault::DelayReplies(SLOW_REPLY));
+    let mut cmd = bare_lockrun();
+    cmd.args(["doctor", "-r", &proxy.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send((started.elapsed(), l));
+        }
+    });
+    // 9 round trips (22.5 s; it was 70, 175 s): the facts (INFO, CONFIG GET twice, COMMAND
+    // INFO, ACL WHOAMI in one pipeline), one TIME (the latency sampling stops at the request
+    // timeout), the ACL dry runs (one pipeline), and the lock probe's 6 (acquire: EVALSHA,
+    // NOSCRIPT, then EVAL; release by EVAL; acquire and release by EVALSHA; the fencing
+    // counter deleted). Three more allowed, for connecting and a slow machine.
+    let bound = SLOW_REPLY * 12 + Duration::from_secs(5);
+    let status = wait_timeout(&mut child, bound);
+    let took = started.elapsed();
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let lines: Vec<(Duration, String)> = rx.try_iter().collect();
+    let shown = format!("{lines:#?}");
+    assert!(
+        status.is_some(),
+        "doctor still running after {took:?}; it printed {shown}"
+    );
+    assert_eq!(status.unwrap().code(), Some(1), "{shown}");
+    let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
+    let out = Output {
+        status: status.unwrap(),
+        stdout: text.into_bytes(),
+        stderr: Vec::new(),
+    };
+    for check in [
+        "server",
+        "role",
+        "persistence",
+        "eviction",
+        "acks",
+        "fsync",
+        "cluster",
+        "clock",
+        "acl",
+    ] {
+        assert!(!lines_of(&out, check).is_empty(), "{check}: {shown}");
+    }
+    assert!(line(&out, "latency", "warn").contains("p99 25"), "{shown}");
+    line(&out, "lock", "ok");
+    // The first finding was on stdout several round trips before the last one.
+    let first = lines
+        .iter()
+        .find(|(_, l)| !l.starts_with("server: "))
+        .unwrap()
+        .0;
+    let last = lines.last().unwrap().0;
+    assert!(first + SLOW_REPLY * 3 < last, "{shown}");
+    eprintln!("doctor on a server answering after {SLOW_REPLY:?}: {took:?} ({shown})");
 }
