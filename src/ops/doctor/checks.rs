@@ -410,10 +410,11 @@ pub fn latency(samples: Result<&[Duration], &str>) -> Finding {
     };
     let (p50, p99) = (percentile(samples, 50.0), percentile(samples, 99.0));
     let figures = format!(
-        "p50 {}, p99 {} over {} round trips",
+        "p50 {}, p99 {} over {} round trip{}",
         ms(p50),
         ms(p99),
-        samples.len()
+        samples.len(),
+        if samples.len() == 1 { "" } else { "s" }
     );
     if p99 > SLOW {
         finding(
@@ -458,6 +459,19 @@ pub fn clock(samples: Result<&[ClockSample], &str>) -> Finding {
     let Some(best) = best else {
         return finding("clock", Verdict::CannotCheck, "no TIME answer");
     };
+    // The true offset is anywhere within half the round trip of the estimate: with round trips
+    // this slow, a skew of SKEW can be neither shown nor ruled out.
+    if best.rtt / 2 > SKEW {
+        return finding(
+            "clock",
+            Verdict::CannotCheck,
+            format!(
+                "the fastest TIME round trip took {}: too slow to compare the clocks to within {}",
+                ms(best.rtt),
+                ms(SKEW)
+            ),
+        );
+    }
     let offset = best.offset_us();
     let size = Duration::from_micros(offset.unsigned_abs());
     let side = if offset > 0 { "behind" } else { "ahead of" };
@@ -974,6 +988,10 @@ mod tests {
         );
         let near = [s(0, 2, 1_000)];
         assert_eq!(clock(Ok(&near)).verdict, Verdict::Ok);
+        // A server answering 2.5 s late: 1250 ms "ahead" within ±1250 ms says nothing.
+        let slow = clock(Ok(&[s(0, 2500, 2_500_000)]));
+        assert_eq!(slow.verdict, Verdict::CannotCheck, "{}", slow.detail);
+        assert!(slow.detail.contains("too slow"), "{}", slow.detail);
         assert_eq!(clock(Err("TIME denied")).verdict, Verdict::CannotCheck);
     }
 
