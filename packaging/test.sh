@@ -54,8 +54,10 @@ command -v readelf >/dev/null || missing+=(binutils)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  # Waits for another apt/dpkg run to finish instead of failing on its lock at once.
+  apt-get update -q -o DPkg::Lock::Timeout=600
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
 fi
 for t in dockerd docker docker-compose debootstrap man systemd-analyze rpm file readelf; do
   command -v "$t" >/dev/null || fail "$t still missing after apt-get install"
