@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Tests lockrun's packaging for real, on this machine, with nothing from an image registry:
 #   - a Docker daemon of its own (dockerd started by hand, stopped by its pid at the end)
-#   - a debian:bookworm-slim base image made with debootstrap (cached in target/packaging/)
-#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, not position-independent);
-#     the image, the compose scenario, the job image and the .deb/.rpm all carry that binary, and
-#     each is checked to be static (readelf: no interpreter, no NEEDED, type EXEC; file: statically linked)
-#   - the image from packaging/Dockerfile (--target runtime-prebuilt) and both documented uses of
-#     it (FROM lockrun; COPY --from=lockrun), plus the binary alone in a FROM scratch image
-#   - the compose scenario, scaled to 3: exactly one replica runs each tick, the others log
-#     "redis lock already acquired"; the key expires after the tick; the job's exit code is
-#     lockrun's; docker-compose stop passes SIGTERM to the running job and everything exits fast
+#   - a debian:bookworm-slim base image made with debootstrap (cached in target/packaging/), and
+#     a local rust:1-bookworm standing in for Docker Hub's: that base + gcc, libc6-dev and the
+#     host's Rust toolchain (kept in target/packaging/docker, built again when the toolchain changes)
+#   - the compose scenario as the user types it, on a fresh checkout (a copy without target/):
+#     from packaging/compose, docker-compose up --scale cron-service=3 --build with the classic
+#     builder, so lockrun is built by packaging/Dockerfile's builder stage (crates fetched from
+#     crates.io inside the container), and the replicas are checked to run that stage's binary,
+#     static (readelf: no interpreter, no NEEDED, type EXEC; file: statically linked). Scaled to 3:
+#     exactly one replica runs each tick, the others log "redis lock already acquired"; the key
+#     expires after the tick; the job's exit code is lockrun's; docker-compose stop passes SIGTERM
+#     to the running job and everything exits fast
+#   - both documented uses of that image (FROM lockrun; COPY --from=lockrun), plus the binary
+#     alone in a FROM scratch image
+#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, not
+#     position-independent); packaging/prebuilt.Dockerfile's image (the same image with that
+#     binary copied in), the .deb and the .rpm carry it, each copy checked to be static
 #   - the .deb (cargo deb --target <host triple> --no-build, from Cargo.toml's
 #     [package.metadata.deb]) installed with dpkg -i: lockrun --version, man -w lockrun,
 #     completions; the systemd units verified against it; the .rpm (cargo generate-rpm --target)
@@ -67,7 +74,10 @@ done
 phase "dockerd (private socket, data root in target/packaging/docker)"
 tmp=$(mktemp -d /tmp/lockrun-pkg.XXXXXX)
 dockerd_pid=
-compose=(docker-compose -f "$root/packaging/compose/docker-compose.yml")
+# The compose scenario runs in a fresh copy of this checkout (see there), as the user types it:
+# from its packaging/compose directory, with that directory's docker-compose.yml.
+checkout=$tmp/checkout
+compose() { (cd "$checkout/packaging/compose" && docker-compose "$@"); }
 export DOCKER_HOST="unix://$tmp/docker.sock" DOCKER_BUILDKIT=0 COMPOSE_DOCKER_CLI_BUILD=0
 export COMPOSE_PROJECT_NAME=lockrunpkgtest
 cleanup() {
@@ -76,9 +86,9 @@ cleanup() {
   if [ -n "$dockerd_pid" ] && kill -0 "$dockerd_pid" 2>/dev/null; then
     if [ "$rc" != 0 ] && [ -n "${compose_up:-}" ]; then
       echo "--- docker-compose logs (failure)" >&2
-      "${compose[@]}" logs --no-color 2>&1 | tail -80 >&2
+      compose logs --no-color 2>&1 | tail -80 >&2
     fi
-    [ -z "${compose_up:-}" ] || "${compose[@]}" down -v --remove-orphans -t 5 >/dev/null 2>&1
+    [ -z "${compose_up:-}" ] || compose down -v --remove-orphans -t 5 >/dev/null 2>&1
     kill -TERM "$dockerd_pid"
     for _ in $(seq 150); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.2; done
     if kill -0 "$dockerd_pid" 2>/dev/null; then
@@ -128,39 +138,114 @@ if ! docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
 fi
 ok "debian:bookworm-slim is $(docker image inspect -f '{{.Id}}' debian:bookworm-slim | cut -c1-19)"
 
-# ------------------------------------------------------------------ lockrun built on the host
-# The binary that ships is the static one (start-up cost, glibc independence; see the script).
-# Everything below (image, compose, job image, .deb, .rpm) carries this very file.
-phase "packaging/build-static.sh (static release build for the host triple)"
-triple=$(rustc -vV | sed -n 's/^host: //p')
-bin=$(bash packaging/build-static.sh)
-[ "$bin" = "$root/target/$triple/release/lockrun" ] || fail "build-static.sh printed '$bin', expected target/$triple/release/lockrun"
-# Static by two tools: the script's readelf check (no interpreter, no NEEDED, type EXEC) and
+# --------------------------------------- rust:1-bookworm without a registry (a local stand-in)
+# packaging/Dockerfile builds lockrun FROM rust:1-bookworm, Docker Hub's Rust image, which cannot
+# be pulled here. This builds a local image under that name that stands in for it: the bookworm
+# base above; from its Debian mirror, what the builder stage uses of the real image (gcc and
+# libc6-dev for the static link, binutils' readelf, ca-certificates for crates.io); and the
+# host's active Rust toolchain, bin/ and lib/ of `rustc --print sysroot` (rustc, cargo, the
+# standard library; not share/ with the docs, nor rust-src), at /usr/local/cargo, with CARGO_HOME
+# and PATH as in the real image (which also has rustup and RUSTUP_HOME; the build uses neither).
+# Also the certificates this machine adds to its trust store (/usr/local/share/ca-certificates):
+# where outgoing HTTPS is re-signed by a local CA, as here, cargo in a container cannot fetch
+# crates without them. Kept in the data root (target/packaging/docker), labelled with a hash of
+# the toolchain's version, those certificates and this recipe; built again when one changes.
+phase "rust:1-bookworm stand-in (debian:bookworm-slim + gcc + the host's $(rustc -V | cut -d' ' -f1-2))"
+sysroot=$(rustc --print sysroot)
+standin=$tmp/rust-standin
+mkdir -p "$standin/ca"
+find /usr/local/share/ca-certificates -name '*.crt' -exec cp {} "$standin/ca/" \; 2>/dev/null || true
+cat >"$standin/Dockerfile" <<'EOF'
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev ca-certificates \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+COPY ca/ /usr/local/share/ca-certificates/
+RUN update-ca-certificates
+COPY bin /usr/local/cargo/bin/
+COPY lib /usr/local/cargo/lib/
+ENV CARGO_HOME=/usr/local/cargo PATH=/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+EOF
+standin_key=$({ rustc -vV; cargo -V; cat "$standin/Dockerfile"; find "$standin/ca" -type f -exec cat {} +; } \
+  | sha256sum | cut -c1-16)
+if [ "$(docker image inspect -f '{{index .Config.Labels "lockrun-test.stand-in"}}' rust:1-bookworm 2>/dev/null)" \
+     != "$standin_key" ]; then
+  echo "building it from $sysroot (bin/, lib/; once per toolchain)"
+  # The build context as a tar on stdin: the recipe and the toolchain, nothing copied on disk.
+  tar -c --exclude=lib/rustlib/src --exclude=lib/rustlib/rustc-src \
+      -C "$standin" Dockerfile ca -C "$sysroot" bin lib \
+    | docker build --label "lockrun-test.stand-in=$standin_key" -t rust:1-bookworm - >"$tmp/standin.log" 2>&1 \
+    || { tail -30 "$tmp/standin.log" >&2; fail "building the rust:1-bookworm stand-in"; }
+fi
+[ "$(docker run --rm rust:1-bookworm rustc -V)" = "$(rustc -V)" ] || fail "the stand-in's rustc is not the host's"
+ok "rust:1-bookworm (stand-in) is $(docker image inspect -f '{{.Id}}' rust:1-bookworm | cut -c1-19): $(rustc -V), $(docker image inspect -f '{{.Size}}' rust:1-bookworm | awk '{printf "%.0f MB", $1/1e6}')"
+
+# Static by two tools: build-static.sh's readelf check (no interpreter, no NEEDED, type EXEC) and
 # file(1), which says "static-pie linked" for the position-independent kind.
 assert_static() {
   bash packaging/build-static.sh --check "$1" || fail "$2: not statically linked"
   file -b "$1" | grep -q 'statically linked' || fail "$2: file(1) does not say statically linked: $(file -b "$1")"
 }
-assert_static "$bin" "the host build"
-# The Docker build context is the repository root: the binary's path relative to it.
-prebuilt=${bin#"$root"/}
-export LOCKRUN_PREBUILT=$prebuilt
-version=$("$bin" --version)
-ok "$version: $prebuilt, statically linked"
 
-# --------------------------------------------------------------------------- the image itself
-phase "docker build -f packaging/Dockerfile --target runtime-prebuilt -t lockrun ."
-docker build -q -f packaging/Dockerfile --target runtime-prebuilt --build-arg PREBUILT="$prebuilt" \
-  -t lockrun . >/dev/null
-[ "$(docker run --rm lockrun --version)" = "$version" ] || fail "the image's lockrun --version"
+# ------------------------------------------------------------------- the compose scenario
+# As the user types it, on a fresh checkout: a copy of this one without target/ (nor a .env of
+# one's own), and from its packaging/compose directory `docker-compose up --scale cron-service=3
+# --build` (-d here, to watch it) with the classic builder (Debian's docker.io, docker-compose v1).
+# cron-service is then packaging/Dockerfile's default image: lockrun built by its builder stage
+# (rust:1-bookworm, the stand-in above), which fetches the crates from crates.io inside the build
+# container, on dockerd's default bridge. Nothing built on the host can reach that image.
+phase "compose: up -d --scale cron-service=3 --build (a fresh checkout; lockrun built in Docker)"
+tick=6
+unset LOCKRUN_DOCKERFILE
+export TICK_SECONDS=$tick JOB_SECONDS=3 JOB_EXIT=3
+mkdir "$checkout"
+tar -C "$root" --exclude=./target --exclude=./.git --exclude=./packaging/compose/.env -c . | tar -C "$checkout" -x
+compose down -v --remove-orphans -t 1 >/dev/null 2>&1 || true
+compose_up=1
+compose up -d --scale cron-service=3 --build >"$tmp/up.log" 2>&1 \
+  || { tail -40 "$tmp/up.log" >&2; fail "docker-compose up"; }
+grep -E '^(Creating|Building|Starting|Recreating)|Finished .release|statically linked' "$tmp/up.log" \
+  | sed 's/\x1b\[[0-9;]*m//g' || true
+# When the builder stage ran (not found in the cache of an earlier run), cargo fetched every crate
+# from crates.io inside the build container: the stand-in has none.
+if grep -q 'Finished .release' "$tmp/up.log"; then
+  crates=$(grep -c ' Downloaded [a-z]' "$tmp/up.log" || true)
+  [ "$crates" -gt 0 ] || fail "the builder stage ran but downloaded no crate"
+  echo "builder stage: $crates crates downloaded from crates.io inside the build container"
+else
+  echo "builder stage: every step found in the cache of an earlier run"
+fi
+mapfile -t replicas < <(compose ps -q cron-service)
+[ ${#replicas[@]} = 3 ] || fail "expected 3 cron-service containers, got ${#replicas[@]}"
+for c in "${replicas[@]}"; do
+  [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || fail "container $c is not running"
+done
+# The replicas run the static lockrun of the builder stage. That stage's image, built again by
+# docker-compose with `target: builder` (every step found in the cache of the build above, so the
+# very image that build made), carries the same file.
+docker cp "${replicas[0]}:/usr/local/bin/lockrun" "$tmp/compose-lockrun" >/dev/null
+assert_static "$tmp/compose-lockrun" "cron-service's /usr/local/bin/lockrun"
+printf 'version: "3.7"\nservices:\n  cron-service:\n    build:\n      target: builder\n    image: lockrun-test-builder\n' \
+  >"$tmp/builder-stage.yml"
+compose -f docker-compose.yml -f "$tmp/builder-stage.yml" build cron-service >"$tmp/builder-stage.log" 2>&1 \
+  || { tail -20 "$tmp/builder-stage.log" >&2; fail "docker-compose build of the builder stage"; }
+if grep -q 'Running in' "$tmp/builder-stage.log"; then
+  fail "the builder stage was not in the cache of docker-compose up --build (built again)"
+fi
+builder_ctr=$(docker create lockrun-test-builder true)
+docker cp "$builder_ctr:/usr/local/bin/lockrun" "$tmp/builder-lockrun" >/dev/null
+docker rm "$builder_ctr" >/dev/null
+cmp -s "$tmp/compose-lockrun" "$tmp/builder-lockrun" || fail "cron-service's lockrun is not the builder stage's"
+version=$(docker run --rm lockrun-demo-cron-service --version)
+[ "$version" = "lockrun $(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" ] \
+  || fail "the image's lockrun --version says '$version'"
+ok "redis + 3 cron-service replicas running the builder stage's static lockrun ($version)"
+
+# The image itself (packaging/Dockerfile's default, what `docker build -f packaging/Dockerfile -t
+# lockrun .` makes), tagged lockrun for its two documented uses.
+docker tag lockrun-demo-cron-service lockrun
 [ "$(docker image inspect -f '{{json .Config.Entrypoint}}' lockrun)" = '["lockrun"]' ] || fail "ENTRYPOINT"
 docker run --rm --entrypoint sh lockrun -c 'test -s /etc/ssl/certs/ca-certificates.crt' || fail "ca-certificates"
-# The image ships the static build itself, not some other lockrun that happened to be in the context.
-image_ctr=$(docker create lockrun)
-docker cp "$image_ctr:/usr/local/bin/lockrun" "$tmp/image-lockrun" >/dev/null
-docker rm "$image_ctr" >/dev/null
-cmp -s "$tmp/image-lockrun" "$bin" || fail "the image's /usr/local/bin/lockrun is not $prebuilt"
-assert_static "$tmp/image-lockrun" "the image's /usr/local/bin/lockrun"
 ok "image lockrun: ENTRYPOINT [\"lockrun\"], static lockrun, $(docker image inspect -f '{{.Size}}' lockrun | awk '{printf "%.0f MB", $1/1e6}')"
 # The two documented uses: a job image FROM lockrun, and COPY --from=lockrun into another image.
 mkdir -p "$tmp/job-image" "$tmp/other-image"
@@ -179,25 +264,6 @@ docker build -q -t lockrun-test-scratch "$tmp/scratch-image" >/dev/null
 [ "$(docker run --rm lockrun-test-scratch --version)" = "$version" ] \
   || fail "lockrun --version in a FROM scratch image (is the binary really static?)"
 ok "FROM lockrun and COPY --from=lockrun both build; the binary runs alone in FROM scratch"
-
-# ------------------------------------------------------------------- the compose scenario
-phase "compose: up -d --scale cron-service=3 --build"
-tick=6
-export LOCKRUN_TARGET=runtime-prebuilt TICK_SECONDS=$tick JOB_SECONDS=3 JOB_EXIT=3
-"${compose[@]}" down -v --remove-orphans -t 1 >/dev/null 2>&1 || true
-compose_up=1
-"${compose[@]}" up -d --scale cron-service=3 --build >"$tmp/up.log" 2>&1 \
-  || { tail -40 "$tmp/up.log" >&2; fail "docker-compose up"; }
-grep -E '^(Creating|Building|Starting|Recreating)' "$tmp/up.log" || true
-mapfile -t replicas < <("${compose[@]}" ps -q cron-service)
-[ ${#replicas[@]} = 3 ] || fail "expected 3 cron-service containers, got ${#replicas[@]}"
-for c in "${replicas[@]}"; do
-  [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || fail "container $c is not running"
-done
-# The replicas run the static host build too (compose builds runtime-prebuilt from LOCKRUN_PREBUILT).
-docker cp "${replicas[0]}:/usr/local/bin/lockrun" "$tmp/compose-lockrun" >/dev/null
-cmp -s "$tmp/compose-lockrun" "$bin" || fail "cron-service's /usr/local/bin/lockrun is not $prebuilt"
-ok "redis + 3 cron-service replicas running (the static $prebuilt)"
 # The job image (FROM lockrun) run as documented: lockrun is PID 1 there, the job its command.
 job_out=$(docker run --rm --network "${COMPOSE_PROJECT_NAME}_default" \
   -e LOCKRUN_REDIS_URL=redis://redis:6379 lockrun-test-job 2>&1) \
@@ -216,7 +282,7 @@ sleep_until() { local d; d=$(awk -v t="$1" -v n="$(now_s)" 'BEGIN { d = t - n; p
 first=$(( ( ($(date +%s) + 1) / tick + 1 ) * tick ))
 last=$(( first + 2 * tick ))
 # docker exec, not docker-compose exec: it answers in ~0.1 s instead of ~1 s, which matters here.
-redis_id=$("${compose[@]}" ps -q redis)
+redis_id=$(compose ps -q redis)
 redis_cli() { docker exec "$redis_id" redis-cli "$@" | tr -d '\r'; }
 # While the job runs (+1.5 s), the key has the full lease. After the job (+3 s) and until
 # --min-hold ends (+4 s), the key is still there but expiring; then it is gone, well before the
@@ -236,7 +302,7 @@ until [ "$(redis_cli EXISTS report)" = 0 ]; do
 done
 echo "tick $first + $(awk -v t="$(now_s)" -v f="$first" 'BEGIN { printf "%.1f", t - f }') s: EXISTS report = 0"
 status_rc=0
-"${compose[@]}" exec -T --index=1 cron-service lockrun status report || status_rc=$?
+compose exec -T --index=1 cron-service lockrun status report || status_rc=$?
 [ "$status_rc" = 1 ] || fail "lockrun status report between ticks: exit $status_rc, expected 1 (free)"
 sleep_until "$((last + 4)).5"
 
@@ -244,7 +310,7 @@ phase "compose: docker-compose stop while a job runs (SIGTERM)"
 stop_tick=$((last + tick))
 sleep_until "$stop_tick.5"      # the job of this tick started ~0.5 s ago and runs 3 s
 t0=$(date +%s%N)
-"${compose[@]}" stop -t 20 cron-service 2>&1
+compose stop -t 20 cron-service 2>&1
 stop_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "docker-compose stop -t 20 cron-service took ${stop_ms} ms"
 for c in "${replicas[@]}"; do
@@ -255,8 +321,8 @@ done
 ok "all replicas exited 143 after SIGTERM, in ${stop_ms} ms (grace 20 s unused)"
 
 phase "compose: checking the logs"
-"${compose[@]}" logs --no-color cron-service >"$tmp/cron.log" 2>&1
-history=$("${compose[@]}" run --rm --no-deps --entrypoint lockrun cron-service history -n 20 report 2>&1) \
+compose logs --no-color cron-service >"$tmp/cron.log" 2>&1
+history=$(compose run --rm --no-deps --entrypoint lockrun cron-service history -n 20 report 2>&1) \
   || { echo "$history" >&2; fail "lockrun history through the container"; }
 echo "$history"
 python3 - "$tmp/cron.log" "$first" "$last" "$tick" "$stop_tick" <<'EOF'
@@ -327,8 +393,46 @@ exists=$(redis_cli EXISTS report)
 ok "key 'report' gone after the stopped tick"
 
 phase "compose: down"
-"${compose[@]}" down -v --remove-orphans -t 5 >/dev/null 2>&1
+compose down -v --remove-orphans -t 5 >/dev/null 2>&1
 compose_up=
+
+# ------------------------------------------------------------------ lockrun built on the host
+# The binary the host packages ship (and packaging/prebuilt.Dockerfile copies): the same
+# build-static.sh as in the image's builder stage, run here.
+phase "packaging/build-static.sh (static release build for the host triple)"
+triple=$(rustc -vV | sed -n 's/^host: //p')
+bin=$(bash packaging/build-static.sh)
+[ "$bin" = "$root/target/$triple/release/lockrun" ] || fail "build-static.sh printed '$bin', expected target/$triple/release/lockrun"
+assert_static "$bin" "the host build"
+# The Docker build context is the repository root: the binary's path relative to it.
+prebuilt=${bin#"$root"/}
+[ "$("$bin" --version)" = "$version" ] || fail "the host build says '$("$bin" --version)', the image '$version'"
+ok "$version: $prebuilt, statically linked"
+
+phase "packaging/prebuilt.Dockerfile (the host's binary): docker build; docker-compose's LOCKRUN_DOCKERFILE"
+docker build -q -f packaging/prebuilt.Dockerfile -t lockrun-prebuilt . >/dev/null
+[ "$(docker run --rm lockrun-prebuilt --version)" = "$version" ] || fail "the prebuilt image's lockrun --version"
+# It ships the host build itself, not some other lockrun that happened to be in the context.
+image_ctr=$(docker create lockrun-prebuilt)
+docker cp "$image_ctr:/usr/local/bin/lockrun" "$tmp/prebuilt-lockrun" >/dev/null
+docker rm "$image_ctr" >/dev/null
+cmp -s "$tmp/prebuilt-lockrun" "$bin" || fail "the prebuilt image's /usr/local/bin/lockrun is not $prebuilt"
+assert_static "$tmp/prebuilt-lockrun" "the prebuilt image's /usr/local/bin/lockrun"
+# The same image as packaging/Dockerfile's but for where the binary comes from: the same two
+# first layers (debian:bookworm-slim, ca-certificates), entrypoint, command, environment.
+same='{{index .RootFS.Layers 0}} {{index .RootFS.Layers 1}} {{json .Config.Entrypoint}} {{json .Config.Cmd}} {{json .Config.Env}}'
+[ "$(docker image inspect -f "$same" lockrun-prebuilt)" = "$(docker image inspect -f "$same" lockrun)" ] \
+  || fail "packaging/prebuilt.Dockerfile's image differs from packaging/Dockerfile's beyond the binary"
+ok "lockrun-prebuilt: the host's static $prebuilt in packaging/Dockerfile's image"
+# The compose file's knob for it, from this checkout (which has the binary).
+(cd packaging/compose && LOCKRUN_DOCKERFILE=packaging/prebuilt.Dockerfile docker-compose build cron-service) \
+  >"$tmp/compose-prebuilt.log" 2>&1 \
+  || { tail -20 "$tmp/compose-prebuilt.log" >&2; fail "docker-compose build with LOCKRUN_DOCKERFILE=packaging/prebuilt.Dockerfile"; }
+image_ctr=$(docker create lockrun-demo-cron-service)
+docker cp "$image_ctr:/usr/local/bin/lockrun" "$tmp/compose-prebuilt-lockrun" >/dev/null
+docker rm "$image_ctr" >/dev/null
+cmp -s "$tmp/compose-prebuilt-lockrun" "$bin" || fail "LOCKRUN_DOCKERFILE=packaging/prebuilt.Dockerfile: cron-service's lockrun is not $prebuilt"
+ok "LOCKRUN_DOCKERFILE=packaging/prebuilt.Dockerfile docker-compose build: cron-service carries $prebuilt"
 
 # ------------------------------------------------------------------------------------ .deb
 phase ".deb and .rpm: cargo deb, cargo generate-rpm (tools in target/packaging/tools)"
