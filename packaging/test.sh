@@ -204,12 +204,14 @@ compose down -v --remove-orphans -t 1 >/dev/null 2>&1 || true
 compose_up=1
 compose up -d --scale cron-service=3 --build >"$tmp/up.log" 2>&1 \
   || { tail -40 "$tmp/up.log" >&2; fail "docker-compose up"; }
-grep -E '^(Creating|Building|Starting|Recreating)|Finished .release|statically linked' "$tmp/up.log" \
-  | sed 's/\x1b\[[0-9;]*m//g' || true
+# The build's output without the colour codes docker-compose puts around each chunk of stderr
+# (also in the middle of a line).
+sed 's/\x1b\[[0-9;]*m//g' "$tmp/up.log" >"$tmp/up.txt"
+grep -E '^(Creating|Building|Starting|Recreating)|Finished .release|statically linked' "$tmp/up.txt" || true
 # When the builder stage ran (not found in the cache of an earlier run), cargo fetched every crate
 # from crates.io inside the build container: the stand-in has none.
-if grep -q 'Finished .release' "$tmp/up.log"; then
-  crates=$(grep -c ' Downloaded [a-z]' "$tmp/up.log" || true)
+if grep -q 'Finished .release' "$tmp/up.txt"; then
+  crates=$(grep -c ' Downloaded [a-z]' "$tmp/up.txt" || true)
   [ "$crates" -gt 0 ] || fail "the builder stage ran but downloaded no crate"
   echo "builder stage: $crates crates downloaded from crates.io inside the build container"
 else
