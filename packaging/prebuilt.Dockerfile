@@ -16,7 +16,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 # Must be a static build (packaging/build-static.sh): the plain `cargo build` binary would only
 # run here if linked against bookworm's glibc (2.36) or older. packaging/test.sh checks this.
-# "COPY failed: no source files were specified": no binary yet, run build-static.sh first.
+# No binary yet (run build-static.sh first): the classic builder stops here with "COPY failed: no
+# source files were specified"; BuildKit copies nothing for a wildcard and stops at the RUN below
+# with "lockrun: not found".
 ARG PREBUILT=target/*/release/lockrun
 COPY ${PREBUILT} /usr/local/bin/lockrun
 RUN lockrun --version
