@@ -4,9 +4,10 @@
 # through lockrun. Exactly one replica gets each tick; the others log "redis lock already
 # acquired" and skip (-E 0: a skip is a success).
 #
-# --min-hold keeps the lock for most of the tick even when the job is quick, so a replica whose
-# tick comes late (a slow start, a stalled node) cannot run the same tick again after the first
-# one released; the key then expires by its TTL before the next tick.
+# --every (the tick's period) keeps the lock for most of the tick even when the job is quick (the
+# period less a tenth, at least 1 s), so a replica whose tick comes late (a slow start, a stalled
+# node) cannot run the same tick again after the first one released; the key then expires before
+# the next tick.
 #
 # This shell is PID 1 of the container: it traps SIGTERM (docker stop, a pod's deletion) and
 # passes it to the running lockrun, which forwards it to the job's process group, waits for the
@@ -19,7 +20,6 @@ set -u
 exec 2>&1
 key=${LOCKRUN_KEY_NAME:-report}
 tick=${TICK_SECONDS:-10}
-min_hold=${MIN_HOLD:-$((tick * 8 / 10))s}
 child=
 
 stop() {
@@ -43,7 +43,7 @@ while :; do
   wait $!                                   # a trapped signal interrupts this wait at once
   slot=$(date +%s)
   echo "tick: slot=$((slot - slot % tick))"
-  lockrun -E 0 --subreaper --min-hold "$min_hold" "$key" -- /usr/local/bin/job.sh &
+  lockrun -E 0 --subreaper --every "${tick}s" "$key" -- /usr/local/bin/job.sh &
   child=$!
   wait "$child"
   rc=$?
