@@ -12,6 +12,7 @@ mod holder_id;
 mod metrics;
 mod operators;
 mod output;
+mod platform_stops;
 mod redlock;
 mod refusals;
 mod replication;
