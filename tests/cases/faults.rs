@@ -244,6 +244,79 @@ fn faults_lockrun_paused_past_ttl() {
     r.assert();
 }
 
+/// A stall of lockrun (SIGSTOP for 0.3, 0.5 or 0.8 of its TTL, at a random moment while the job
+/// runs) with a waiter queued behind it (issue 25, item 2). The rule: lockrun, woken past its
+/// SIGTERM moment with the lease not over, renews first and stops the job only if that renewal
+/// is not confirmed in time; SIGKILL still comes before the lease can end. A stall of 0.3 or 0.5
+/// TTL always leaves the lease intact (a renewal is sent every TTL/3, so the lease has at least
+/// 2/3 TTL left when the stall starts): the job must finish (0) and the waiter must not overlap
+/// it. A stall of 0.8 TTL may outlast the lease: then the job is stopped (76), and only then may
+/// the waiter's job overlap it (a stall is the one case a lease cannot cover), fenced.
+#[test]
+fn faults_lockrun_stalled_for_part_of_its_ttl() {
+    let redis = Redis::start();
+    let ch = Chaos::new("faults_lockrun_stalled_for_part_of_its_ttl", &redis).allowing_overlap();
+    let ttl = 1500;
+    let t = format!("{ttl}ms");
+    let mut rng = ch.rng();
+    let mut survived = std::collections::BTreeMap::<u64, (u32, u32)>::new();
+    for round in 0..ch.scaled(6) {
+        let tenths = [3, 5, 8][round as usize % 3];
+        let key = ch.key(&format!("stalled{round}"), Mode::Exclusive, ms(ttl));
+        let a = ch.spawn(
+            ch.command(
+                &redis,
+                &["-t", &t, &key],
+                &Job::hold(2 * ttl).writing_every(20),
+            ),
+            &[0, 76],
+        );
+        wait_begin(&ch, &a);
+        let b = ch.spawn(
+            ch.command(&redis, &["--wait", "20s", "-t", &t, &key], &Job::hold(100)),
+            &[0],
+        );
+        thread::sleep(ms(rng.range(0, ttl / 2)));
+        let stall = ms(ttl * tenths / 10);
+        ch.signal(a.pid, libc::SIGSTOP);
+        ch.fault(&format!(
+            "SIGSTOP lockrun {} for {stall:?} (0.{tenths} TTL)",
+            a.pid
+        ));
+        thread::sleep(stall);
+        ch.signal(a.pid, libc::SIGCONT);
+        let (a_pid, b_pid) = (a.pid, b.pid);
+        let code = ch.finish(a);
+        ch.finish(b);
+        let entry = survived.entry(tenths).or_default();
+        entry.1 += 1;
+        if code == 0 {
+            entry.0 += 1;
+        }
+        if tenths < 8 && code != 0 {
+            ch.problem(format!(
+                "a stall of 0.{tenths} TTL left the lease intact, yet lockrun {a_pid} exited {code}"
+            ));
+        }
+        // Where the job finished, the waiter's job began only after it.
+        let sections = ch.recorder.sections();
+        let of = |pid: u32| sections.iter().find(|s| ran_by(s, pid)).cloned();
+        if let (0, Some(sa), Some(sb)) = (code, of(a_pid), of(b_pid)) {
+            if sa.gone().is_none_or(|g| sb.begin < g) {
+                ch.problem(format!(
+                    "lockrun {a_pid} kept its lease through a 0.{tenths} TTL stall, but the waiter's job began while its job ran"
+                ));
+            }
+        }
+    }
+    for (tenths, (kept, runs)) in &survived {
+        ch.fault(&format!(
+            "stalls of 0.{tenths} TTL: the job finished in {kept} of {runs}"
+        ));
+    }
+    ch.report(&redis).assert();
+}
+
 /// Starts `lockrun -v -t <ttl>ms KEY` with a job that holds for `hold_ms`, writing every 50 ms,
 /// waits for the job to begin, then fills lockrun's stderr pipe, which nobody reads.
 fn spawn_plugged(
