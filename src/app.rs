@@ -291,14 +291,16 @@ fn reentrant_token(key: &str) -> Option<(String, String)> {
             var("LOCKRUN_FENCE").unwrap_or_default(),
         ))
     });
-    let wanted = hex(key);
+    let wanted = key_digest(key);
     let (token, fence) = nearest
         .or_else(|| held_entries().find_map(|e| (e.key == wanted).then_some((e.token, e.fence))))?;
     (!token.is_empty()).then_some((token, fence))
 }
 
-/// One enclosing holder in `LOCKRUN_HELD`: `<key in hex>:<token>:<fence>` (hex keeps any key,
-/// newlines and commas included, one plain word), the entries comma-separated.
+/// One enclosing holder in `LOCKRUN_HELD`: `<SHA-1 of the key>:<token>:<fence>`, the entries
+/// comma-separated. A digest, not the key: any key is one plain word of 40 characters that way
+/// (newlines and commas included), and a long key (up to 128 KiB) would not fit twice in the
+/// command's environment.
 struct HeldEntry {
     key: String,
     token: String,
@@ -325,10 +327,10 @@ fn held_entries() -> impl Iterator<Item = HeldEntry> {
 /// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` among them), then this one's. A list that would outgrow one
 /// environment entry drops its oldest entries first.
 fn held_with(key: &str, token: &str, fence: u64) -> String {
-    let own = hex(key);
+    let own = key_digest(key);
     let mut entries: Vec<HeldEntry> = held_entries().filter(|e| e.key != own).collect();
     if let (Ok(k), Ok(t)) = (std::env::var("LOCKRUN_KEY"), std::env::var("LOCKRUN_TOKEN")) {
-        let k = hex(&k);
+        let k = key_digest(&k);
         if k != own && !entries.iter().any(|e| e.key == k) {
             let fence = std::env::var("LOCKRUN_FENCE").unwrap_or_default();
             entries.push(HeldEntry {
@@ -353,8 +355,8 @@ fn held_with(key: &str, token: &str, fence: u64) -> String {
     text.join(",")
 }
 
-fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
+fn key_digest(key: &str) -> String {
+    crate::lock::public_id(key)
 }
 
 enum Failed {
