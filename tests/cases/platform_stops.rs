@@ -111,6 +111,15 @@ fn assert_recorded(metrics: &Path, redis: &Redis, key: &str, what: &str, hold: O
             "{what}: the key kept for the rest of the hold at most: PTTL {pttl}"
         ),
     }
+    let mut history = bare_lockrun();
+    history
+        .args(["history", "--json", "-r"])
+        .arg(redis.url())
+        .arg(key);
+    let out = run(history);
+    let runs: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    assert_eq!(runs[0]["outcome"], "aborted", "{what}: the history: {runs}");
+    assert_eq!(runs[0]["exit_code"], 137, "{what}: the history: {runs}");
     let text = std::fs::read_to_string(metrics).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(text.contains("outcome=\"aborted\"} 1"), "{what}: {text}");
     assert!(
