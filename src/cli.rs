@@ -230,9 +230,9 @@ pub struct Connection {
 /// How lockrun's own lines on stderr look: shared by the run form and every other command.
 #[derive(Debug, PartialEq, clap::Args)]
 pub struct Logs {
-    /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)
-    /// (With -v as well: -q on the command line conflicts; LOCKRUN_QUIET yields to -v, a flag
-    /// winning over a variable. See `quiet_given`.)
+    /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held);
+    /// LOCKRUN_QUIET yields to -v
+    // With -v as well, -q on the command line conflicts: see `quiet_given`.
     #[arg(short, long, env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,

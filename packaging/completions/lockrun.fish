@@ -50,7 +50,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-insecure -d 'TLS wi
 complete -c lockrun -n "__fish_lockrun_needs_command" -l fsync -d 'Count the lock and each renewal only once the server has fsynced them to its append-only file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
@@ -73,7 +73,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l log-format -d
 json\t''"
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
@@ -86,10 +86,10 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-key -d 'red
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
 json\t''"
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also keys that are free now but were locked before (their fencing counter remains)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also keys that are free now but were locked in the last 40 days (their fencing counter remains that long)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
@@ -105,7 +105,7 @@ json\t''"
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really delete it: a holder still running loses the lock at its next renewal (its job is stopped and it exits 76)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s n -l count -d 'How many runs to show at most' -r
@@ -121,7 +121,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l log-format -
 json\t''"
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
@@ -136,7 +136,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l log-format -d
 json\t''"
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s h -l help -d 'Print help'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
@@ -165,7 +165,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-insecure -d 
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l fsync -d 'Count the lock and each renewal only once the server has fsynced them to its append-only file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status list release history doctor run help" -f -a "status" -d 'Who holds KEY, since when, its TTL, fence and queue. Exit 0 held, 1 free, 69 unavailable'
