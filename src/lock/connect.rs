@@ -4,7 +4,9 @@
 //! The lock scripts are the same everywhere; only this differs. Every call to [`Connector::connect`]
 //! starts from scratch (the caller drops its connection after any failure whose outcome is
 //! unknown), so a failover is followed by the next request: Sentinel is asked again, the
-//! Cluster's slot map is refreshed on MOVED.
+//! Cluster's slot map is refreshed on MOVED. Behind Sentinel the caller also asks before each
+//! lock request on a connection it keeps ([`Connector::named_primary`]): see
+//! `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
@@ -112,9 +114,10 @@ pub struct Connector {
     node: Option<Client>,
     sentinels: Vec<Client>,
     cluster: Option<ClusterClient>,
-    /// Behind Sentinel: the primary the last connection went to.
-    primary: std::sync::Mutex<Option<(String, u16)>>,
 }
+
+/// A primary as the sentinels name it: host and port.
+pub type Primary = (String, u16);
 
 impl Connector {
     /// Builds the clients (no I/O). `timeout` bounds connecting and each reply.
@@ -150,7 +153,6 @@ impl Connector {
             node,
             sentinels,
             cluster,
-            primary: std::sync::Mutex::new(None),
         })
     }
 
@@ -178,39 +180,38 @@ impl Connector {
         }
     }
 
-    /// Behind Sentinel: do the sentinels now name another primary than the one we are
-    /// connected to? A demoted primary answers writes with READONLY, which reconnects anyway;
-    /// this also catches one that is still up and writable on the far side of a partition,
-    /// where renewals would otherwise keep succeeding on a server that no longer counts.
-    /// No answer from the sentinels is "no": the renewal goes ahead where it is.
-    pub async fn primary_moved(&self) -> bool {
-        let Shape::Sentinel { service, .. } = &self.endpoint.shape else {
-            return false;
-        };
-        let Some(current) = self.primary.lock().ok().and_then(|p| p.clone()) else {
-            return false;
-        };
-        match self.ask_sentinels(service).await {
-            Ok(now) => now != current,
-            Err(_) => false,
+    /// Behind Sentinel: the primary that a majority of the listed sentinels names now (see
+    /// [`Self::ask_sentinels`]); None for other topologies.
+    pub async fn named_primary(&self) -> Result<Option<Primary>, Fail> {
+        match &self.endpoint.shape {
+            Shape::Sentinel { service, .. } => self.ask_sentinels(service).await.map(Some),
+            _ => Ok(None),
         }
     }
 
-    /// A new connection for lock requests.
-    pub async fn connect(&self) -> Result<Conn, Fail> {
+    /// A new connection for lock requests, and behind Sentinel the primary it goes to (the
+    /// one the sentinels' majority names now: they are asked first).
+    pub async fn connect(&self) -> Result<(Conn, Option<Primary>), Fail> {
         if let Some(cluster) = &self.cluster {
-            return Ok(Conn::Cluster(cluster.get_async_connection().await?));
+            return Ok((Conn::Cluster(cluster.get_async_connection().await?), None));
         }
-        let client = self.data_node().await?;
+        let primary = self.named_primary().await?;
+        let conn = self.connect_to(primary.as_ref()).await?;
+        Ok((conn, primary))
+    }
+
+    /// A new connection to the one server, or (`primary`) to the primary the sentinels named.
+    pub async fn connect_to(&self, primary: Option<&Primary>) -> Result<Conn, Fail> {
         Ok(Conn::Node(
-            client
+            self.data_node(primary)?
                 .get_multiplexed_async_connection_with_config(&self.config)
                 .await?,
         ))
     }
 
-    /// A new subscription to `channel`.
-    pub async fn subscribe(&self, channel: &str) -> Result<Wake, Fail> {
+    /// A new subscription to `channel`: on the Cluster's shard of it, or on the one server,
+    /// or on `primary` (the one the sentinels named; asked for if None).
+    pub async fn subscribe(&self, channel: &str, primary: Option<&Primary>) -> Result<Wake, Fail> {
         if let Shape::Cluster(seeds) = &self.endpoint.shape {
             let (tx, rx) = unbounded_channel();
             let client = cluster_builder(&self.endpoint, seeds, self.timeout)
@@ -222,23 +223,28 @@ impl Connector {
             conn.ssubscribe(channel).await?;
             return Ok(Wake::Sharded { _conn: conn, rx });
         }
-        let mut pubsub = self.data_node().await?.get_async_pubsub().await?;
+        let named = match primary {
+            Some(_) => None,
+            None => self.named_primary().await?,
+        };
+        let mut pubsub = self
+            .data_node(primary.or(named.as_ref()))?
+            .get_async_pubsub()
+            .await?;
         pubsub.subscribe(channel).await?;
         Ok(Wake::Plain(pubsub))
     }
 
-    /// The client of the one server, or of the primary the sentinels name now.
-    async fn data_node(&self) -> Result<Client, Fail> {
+    /// The client of the one server, or behind Sentinel of `primary`.
+    fn data_node(&self, primary: Option<&Primary>) -> Result<Client, Fail> {
         if let Some(node) = &self.node {
             return Ok(node.clone());
         }
-        let Shape::Sentinel { service, node, .. } = &self.endpoint.shape else {
-            unreachable!("a Cluster has no single data node")
+        let (Shape::Sentinel { node, .. }, Some((host, port))) = (&self.endpoint.shape, primary)
+        else {
+            unreachable!("a Cluster has no single data node; behind Sentinel, the caller asks")
         };
-        let (host, port) = self.ask_sentinels(service).await?;
-        if let Ok(mut p) = self.primary.lock() {
-            *p = Some((host.clone(), port));
-        }
+        let (host, port) = (host.clone(), *port);
         let addr = match node.addr() {
             ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
                 host,
@@ -268,7 +274,7 @@ impl Connector {
     /// sentinel would stall every connection; and it connects to the primary twice to check
     /// its role. A primary that is no longer one answers our first write with READONLY, which
     /// reconnects and asks again.)
-    async fn ask_sentinels(&self, service: &str) -> Result<(String, u16), Fail> {
+    async fn ask_sentinels(&self, service: &str) -> Result<Primary, Fail> {
         let mut asks = tokio::task::JoinSet::new();
         // Half the budget: the primary still has to be connected to within the rest.
         let budget = self.timeout / 2;
@@ -290,7 +296,7 @@ impl Connector {
             });
         }
         let need = self.sentinels.len() / 2 + 1;
-        let mut named: Vec<((String, u16), usize)> = Vec::new();
+        let mut named: Vec<(Primary, usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         while let Some(joined) = asks.join_next().await {
             match joined {

@@ -1,7 +1,7 @@
 //! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
 //! so check-and-act is atomic on the server and costs exactly one round trip.
 
-use super::connect::{Conn, Connector, Fail, Wake};
+use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
 use super::errors::{is_dropped, is_transient, refusal};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
@@ -69,6 +69,12 @@ pub struct RedisLock {
     /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
     /// of queueing behind a half-dead socket (and, behind Sentinel, asks for the primary anew).
     conn: Option<Conn>,
+    /// Behind Sentinel: the primary `conn` goes to.
+    primary: Option<Primary>,
+    /// Behind Sentinel: the sentinels' answer that chose `conn` has not served a script yet
+    /// (the first one on a new connection goes without asking again; see
+    /// [`Self::lock_connection`]).
+    fresh: bool,
     wake: Option<Wake>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
@@ -97,6 +103,8 @@ impl RedisLock {
             shown,
             secrets,
             conn: None,
+            primary: None,
+            fresh: false,
             wake: None,
             acks: 0,
             fsync: false,
@@ -254,13 +262,74 @@ impl RedisLock {
             return Ok(c.clone());
         }
         // The outer timeout also covers DNS, AUTH and asking the sentinels.
-        let conn = match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+        let (conn, primary) =
+            match tokio::time::timeout(self.timeout, self.connector.connect()).await {
+                Ok(Ok(connected)) => connected,
+                Ok(Err(fail)) => return Err(self.failed_connect(fail)),
+                Err(_) => return Err(self.timed_out("no connection")),
+            };
+        self.conn = Some(conn.clone());
+        self.fresh = primary.is_some();
+        self.primary = primary;
+        Ok(conn)
+    }
+
+    /// The connection for one script of `route`. Behind Sentinel, a lock script goes to the
+    /// primary that the sentinels' majority names for it: the answer that chose a new
+    /// connection serves that connection's first script; every later one asks them again
+    /// first (one question to all of them at once), and moves to the primary they name if it
+    /// is another one. Acquire, renew and release alike: a waiting lockrun follows a failover
+    /// with its next attempt, and a release deletes the key where it now lives (not on a
+    /// replaced primary that still accepts writes, reporting "released" for a key the new
+    /// primary keeps). Without a majority a renewal goes where its connection is
+    /// ([`Route::NamedOrStay`]); anything else is unavailable, as a new connection would be.
+    async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
+        let ask = route != Route::AsConnected
+            && self.conn.is_some()
+            && self.primary.is_some()
+            && !std::mem::take(&mut self.fresh);
+        if ask {
+            let named = tokio::time::timeout(self.timeout, self.connector.named_primary()).await;
+            match named {
+                Ok(Ok(Some(now))) if self.primary.as_ref() != Some(&now) => {
+                    self.move_to(now).await?;
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(fail)) if route != Route::NamedOrStay => {
+                    return Err(self.failed_connect(fail))
+                }
+                Err(_) if route != Route::NamedOrStay => {
+                    return Err(self.timed_out("no answer from the sentinels"))
+                }
+                Ok(Err(_)) | Err(_) => {
+                    tracing::debug!("no majority of the sentinels answered; staying where we are");
+                }
+            }
+        }
+        let conn = self.connection().await?;
+        self.fresh = false;
+        Ok(conn)
+    }
+
+    /// Behind Sentinel: the sentinels name `primary` now. Connects there (the subscription to
+    /// release hints follows at the next `subscribe_wakeups`); the next script goes there
+    /// without asking again.
+    async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
+        tracing::info!(primary = %format!("{}:{}", primary.0, primary.1),
+            "the sentinels name a new primary; moving there");
+        self.conn = None;
+        self.wake = None;
+        self.primary = None;
+        let connecting = self.connector.connect_to(Some(&primary));
+        let conn = match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
             Err(_) => return Err(self.timed_out("no connection")),
         };
-        self.conn = Some(conn.clone());
-        Ok(conn)
+        self.conn = Some(conn);
+        self.primary = Some(primary);
+        self.fresh = true;
+        Ok(())
     }
 
     /// What a failed connection attempt means (see [`Self::unavailable`]).
@@ -408,14 +477,15 @@ impl RedisLock {
         self.connector.is_cluster()
     }
 
-    /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]).
+    /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]) for the
+    /// operators' commands, on the connection as it is ([`Route::AsConnected`]).
     pub(super) async fn eval(
         &mut self,
         script: &str,
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, LockError> {
-        self.eval_acked(script, keys, args, false)
+        self.eval_acked(script, keys, args, false, Route::AsConnected)
             .await
             .map(|(v, _)| v)
     }
@@ -428,8 +498,9 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
         ack: bool,
+        route: Route,
     ) -> Result<(Value, Acked), LockError> {
-        match self.eval_once(script, keys, args, ack).await {
+        match self.eval_once(script, keys, args, ack, route).await {
             // The connection was dropped under the request (the server closed an idle client,
             // CLIENT KILL, a proxy restart): one more try on a fresh connection, so one broken
             // socket does not fail a run. Safe because every script here is idempotent for its
@@ -438,7 +509,7 @@ impl RedisLock {
             // slow, black-holed or down, and the budget for this request is spent.
             Err(Failed::Dropped(e)) => {
                 tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
-                self.eval_once(script, keys, args, ack)
+                self.eval_once(script, keys, args, ack, route)
                     .await
                     .map_err(Failed::into_error)
             }
@@ -454,8 +525,8 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
         ack: bool,
+        route: Route,
     ) -> Result<(Value, Acked), Failed> {
-        let mut conn = self.connection().await.map_err(Failed::Other)?;
         // On a Cluster, a release hint goes to the lock's shard only (sharded pub/sub); its
         // channel shares the lock's slot (see `wake_channel`).
         let sharded;
@@ -465,40 +536,8 @@ impl RedisLock {
         } else {
             script
         };
-        // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
-        // less travel per request. A server that does not have the script yet (fresh, restarted,
-        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
-        // that refuses EVALSHA itself (an ACL line from before lockrun used it) gets EVAL from
-        // then on. Either way the script runs once: NOSCRIPT means it did not run.
-        // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
-        // blocked for nothing, and the retry would block again (with --acks the WAIT costs
-        // far more than the script anyway).
-        let by_sha = self.evalsha && !(ack && self.acking());
-        let reply = if by_sha {
-            let sha = script_sha(script);
-            match self.send(&mut conn, "EVALSHA", &sha, keys, args, ack).await {
-                // A server without one script (new, restarted, failed over) has none of them:
-                // the rest of this process sends them whole (each EVAL caches one there, for
-                // the next lockrun), so a run pays one extra round trip at most, and a retry
-                // under faults never pays two.
-                Err(e) if e.code() == Some("NOSCRIPT") => {
-                    self.evalsha = false;
-                    self.send(&mut conn, "EVAL", script, keys, args, ack).await
-                }
-                // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
-                Err(e)
-                    if (refusal(&e, None).is_some() || unknown_command(&e))
-                        && e.to_string().to_ascii_lowercase().contains("evalsha") =>
-                {
-                    tracing::debug!("EVALSHA refused; using EVAL");
-                    self.evalsha = false;
-                    self.send(&mut conn, "EVAL", script, keys, args, ack).await
-                }
-                other => other,
-            }
-        } else {
-            self.send(&mut conn, "EVAL", script, keys, args, ack).await
-        };
+        let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
+        let reply = self.send_script(&mut conn, script, keys, args, ack).await;
         match reply {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
@@ -579,6 +618,50 @@ fn server_words(e: &redis::RedisError) -> String {
 }
 
 impl RedisLock {
+    /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]).
+    async fn send_script(
+        &mut self,
+        conn: &mut Conn,
+        script: &str,
+        keys: &[&str],
+        args: &[&str],
+        ack: bool,
+    ) -> redis::RedisResult<(Value, Acked)> {
+        // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
+        // less travel per request. A server that does not have the script yet (fresh, restarted,
+        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
+        // that refuses EVALSHA itself (an ACL line from before lockrun used it) gets EVAL from
+        // then on. Either way the script runs once: NOSCRIPT means it did not run.
+        // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
+        // blocked for nothing, and the retry would block again (with --acks the WAIT costs
+        // far more than the script anyway).
+        let by_sha = self.evalsha && !(ack && self.acking());
+        if !by_sha {
+            return self.send(conn, "EVAL", script, keys, args, ack).await;
+        }
+        let sha = script_sha(script);
+        match self.send(conn, "EVALSHA", &sha, keys, args, ack).await {
+            // A server without one script (new, restarted, failed over) has none of them:
+            // the rest of this process sends them whole (each EVAL caches one there, for
+            // the next lockrun), so a run pays one extra round trip at most, and a retry
+            // under faults never pays two.
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                self.evalsha = false;
+                self.send(conn, "EVAL", script, keys, args, ack).await
+            }
+            // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
+            Err(e)
+                if (refusal(&e, None).is_some() || unknown_command(&e))
+                    && e.to_string().to_ascii_lowercase().contains("evalsha") =>
+            {
+                tracing::debug!("EVALSHA refused; using EVAL");
+                self.evalsha = false;
+                self.send(conn, "EVAL", script, keys, args, ack).await
+            }
+            other => other,
+        }
+    }
+
     /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
     /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
     async fn send(
@@ -686,6 +769,20 @@ fn script_sha(script: &str) -> String {
     })
 }
 
+/// Behind Sentinel, which primary a script must go to (elsewhere all alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// The operators' commands: the connection's primary, as it was named when connecting
+    /// (one process, a few reads).
+    AsConnected,
+    /// The lock's scripts: the primary the sentinels' majority names for this one; without a
+    /// majority, unavailable (retried by the waiting loop, and by the release).
+    Named,
+    /// Renewals: as `Named`, but without a majority the renewal goes where the connection is
+    /// rather than failing a job over the sentinels alone (see README, Availability).
+    NamedOrStay,
+}
+
 /// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
 type Acked = Result<(), LockError>;
 
@@ -709,7 +806,10 @@ impl LockService for RedisLock {
             return Ok(());
         }
         let channel = wake_channel(&spec.key);
-        let fut = self.connector.subscribe(&channel);
+        // Behind Sentinel, on the primary of the connection for the attempts: connected now if
+        // need be, and that answer then serves the first attempt too.
+        self.connection().await?;
+        let fut = self.connector.subscribe(&channel, self.primary.as_ref());
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(wake)) => self.wake = Some(wake),
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
@@ -747,13 +847,15 @@ impl LockService for RedisLock {
         let (reply, acked) = match spec.limit {
             None => {
                 let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
-                self.eval_acked(ACQUIRE, &key_args, &args, true).await?
+                self.eval_acked(ACQUIRE, &key_args, &args, true, Route::Named)
+                    .await?
             }
             Some(n) => {
                 let n = n.to_string();
                 let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
                 let args = with_history(&args, &history);
-                self.eval_acked(SEM_ACQUIRE, &key_args, &args, true).await?
+                self.eval_acked(SEM_ACQUIRE, &key_args, &args, true, Route::Named)
+                    .await?
             }
         };
         let confirmed_at = Instant::now();
@@ -825,12 +927,6 @@ impl LockService for RedisLock {
     }
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
-        if self.conn.is_some() && self.connector.primary_moved().await {
-            // Reconnect to the primary the sentinels name now: the renewal's token check then
-            // runs there, and a key that the failover lost means the lock is lost.
-            tracing::info!(key = %spec.key, "the sentinels name a new primary; renewing there");
-            self.conn = None;
-        }
         let ttl = spec.ttl.as_millis().to_string();
         let script = if spec.limit.is_some() {
             SEM_RENEW
@@ -838,7 +934,15 @@ impl LockService for RedisLock {
             RENEW
         };
         let (reply, acked) = self
-            .eval_acked(script, &[&spec.key], &[&lease.holder.value, &ttl], true)
+            // Behind Sentinel on the primary named now: the token check then runs there, and a
+            // key that a failover lost means the lock is lost.
+            .eval_acked(
+                script,
+                &[&spec.key],
+                &[&lease.holder.value, &ttl],
+                true,
+                Route::NamedOrStay,
+            )
             .await?;
         match reply {
             // Not acknowledged: the deadline stays where the last acknowledged write put it
@@ -868,11 +972,14 @@ impl LockService for RedisLock {
         let history = history_args(spec, &lease.holder, fence, note);
         let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
         let (reply, acked) = self
+            // Behind Sentinel on the primary named now: "released" means deleted where the
+            // key lives, not on a replaced primary that still accepts writes.
             .eval_once(
                 script,
                 &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
                 &args,
                 true,
+                Route::Named,
             )
             .await
             .map_err(Failed::into_error)?;
@@ -894,7 +1001,10 @@ impl LockService for RedisLock {
         // Hashed here, not on the server: the token never leaves this process, and an id
         // presented in its place hashes to something else.
         let id = super::public_id(token);
-        match self.eval(HELD_BY, &[&spec.key], &[&id]).await? {
+        let (reply, _) = self
+            .eval_acked(HELD_BY, &[&spec.key], &[&id], false, Route::Named)
+            .await?;
+        match reply {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected(&other)),
         }
@@ -910,10 +1020,12 @@ impl LockService for RedisLock {
         let limit = spec.limit.unwrap_or(0).to_string();
         let history = history_args(spec, holder, None, note);
         let args = with_history(&[&holder.id, &limit, &keys.channel], &history);
-        self.eval(
+        self.eval_acked(
             LEAVE,
             &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
             &args,
+            false,
+            Route::Named,
         )
         .await
         .map(|_| ())

@@ -502,3 +502,184 @@ fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_fir
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
     assert!(!stray.master.exists("lockrun:history:{majority-none}"));
 }
+
+#[test]
+fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_primary() {
+    // The holder's connection still goes to the old primary when its job ends (before its
+    // first renewal): a forced failover leaves that server up, and writable, until the
+    // Sentinels reconfigure it several seconds later. Before, the release deleted the key
+    // there and logged "released", while the key lived on on the new primary and a waiter
+    // timed out (75). The release must go to the primary the sentinel majority names now.
+    let set = ReplicaSet::start(1);
+    let sentinels = Sentinels::start(&set, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (ready, go) = (d.join("ready"), d.join("go"));
+    // 30 s: the first renewal would come 10 s after the acquire, long after the job ends, so
+    // only the release itself can go to the new primary.
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", "30s", "s-key", "sh", "-c"]).arg(format!(
+        "echo \"$LOCKRUN_FENCE\" > '{d}/holder-fence'; touch '{r}'; {w}; exit 4",
+        d = d.display(),
+        r = ready.display(),
+        w = wait_for_go(&go)
+    ));
+    let mut holder = Job::spawn(cmd, d, "holder");
+    holder.until("the job started", || ready.exists());
+    let old = set.master.port;
+    set.wait_replicated("s-key");
+    let new_port = sentinels.failover();
+    assert_ne!(new_port, old);
+    let new = set.node(new_port);
+    assert!(new.exists("s-key"), "the key reached the new primary");
+
+    // A waiter on the new primary: with the holder's key left behind there (30 s), its 20 s
+    // wait would run out.
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", "10s", "--wait", "20s", "s-key", "sh", "-c"])
+        .arg(format!(
+            "echo \"fence=$LOCKRUN_FENCE\"; redis-cli -p {new_port} GET s-key"
+        ));
+    let waiter = Job::spawn(cmd, d, "waiter");
+    eventually("the waiter queued", || waiter.stderr().contains("waiting"));
+
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = holder.finish();
+    assert_eq!(code, Some(4), "the job's own exit code: {err}");
+    assert!(err.contains("redis lock released"), "{err}");
+    assert!(!err.contains("redis lock lost"), "{err}");
+    let waiter_pid = waiter.pid();
+    let (code, out, werr) = waiter.finish();
+    assert_eq!(
+        code,
+        Some(0),
+        "the waiter got the lock within its wait: {werr}\nholder: {err}\n{}",
+        sentinels.describe(&set)
+    );
+    assert!(
+        out.contains(&format!("pid={waiter_pid} ")),
+        "the waiter held the key on the new primary {new_port}: {out}"
+    );
+    let holder_fence: u64 = std::fs::read_to_string(d.join("holder-fence"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let waiter_fence: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .and_then(|f| f.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {out:?}"));
+    assert!(
+        waiter_fence > holder_fence,
+        "{waiter_fence} > {holder_fence}"
+    );
+
+    // No key left anywhere: released on the new primary, and the old one, once the Sentinels
+    // have made it a replica of the new one, holds a copy of that.
+    assert!(!new.exists("s-key"), "released on the new primary");
+    set.master.wait_replica_of(new_port);
+    assert!(!set.master.exists("s-key"), "{}", sentinels.describe(&set));
+}
+
+#[test]
+fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only() {
+    // The waiter queues on the old primary; after the failover the holder renews on the new
+    // one, and its copy on the old one (3 s TTL) expires there while the old primary still
+    // accepts writes (the Sentinels reconfigure it seconds later). Before, the waiter kept
+    // polling the old primary and took the lock there while the holder's job still ran; every
+    // acquire must go to the primary the sentinel majority names now.
+    let set = ReplicaSet::start(1);
+    let sentinels = Sentinels::start(&set, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (ready, go, running, ran) = (
+        d.join("ready"),
+        d.join("go"),
+        d.join("holder-running"),
+        d.join("waiter-ran"),
+    );
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", SHORT_TTL, "w-key", "sh", "-c"]).arg(format!(
+        "echo \"$LOCKRUN_FENCE\" > '{d}/holder-fence'; touch '{run}' '{r}'; {w}; rm '{run}'; exit 5",
+        d = d.display(),
+        run = running.display(),
+        r = ready.display(),
+        w = wait_for_go(&go)
+    ));
+    let mut holder = Job::spawn(cmd, d, "holder");
+    holder.until("the job started", || ready.exists());
+    let old = set.master.port;
+
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", "10s", "--wait", "40s", "w-key", "sh", "-c"])
+        .arg(format!(
+            "[ -e '{run}' ] && echo overlap; echo \"fence=$LOCKRUN_FENCE\"; touch '{ran}'",
+            run = running.display(),
+            ran = ran.display()
+        ));
+    let waiter = Job::spawn(cmd, d, "waiter");
+    eventually("the waiter queued", || waiter.stderr().contains("waiting"));
+    set.wait_replicated("w-key");
+    let new_port = sentinels.failover();
+    assert_ne!(new_port, old);
+    let new = set.node(new_port);
+
+    // Longer than the TTL twice over: the holder's copy on the old primary has expired.
+    let waiter_pid = waiter.pid();
+    let mine = format!("pid={waiter_pid} ");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    while std::time::Instant::now() < until {
+        assert!(
+            !ran.exists(),
+            "the waiter ran while the holder's job still held the lock\nwaiter: {}\nholder: {}\n{}",
+            waiter.stderr(),
+            holder.stderr(),
+            sentinels.describe(&set)
+        );
+        // The old primary, while it still is one, never gets the waiter's lock.
+        if let Some(v) = set.master.try_cli(&["GET", "w-key"]) {
+            if set.master.is_master() {
+                assert!(!v.contains(&mine), "locked on the old primary {old}: {v}");
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        new.cli(&["GET", "w-key"])
+            .contains(&format!("pid={} ", holder.pid())),
+        "the holder keeps its lock on the new primary: {}",
+        holder.stderr()
+    );
+
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = holder.finish();
+    assert_eq!(code, Some(5), "the holder's own exit code: {err}");
+    let (code, out, werr) = waiter.finish();
+    assert_eq!(
+        code,
+        Some(0),
+        "the waiter got the lock after the holder: {werr}"
+    );
+    assert!(!out.contains("overlap"), "{out}\n{werr}");
+    let holder_fence: u64 = std::fs::read_to_string(d.join("holder-fence"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let waiter_fence: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .and_then(|f| f.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {out:?}"));
+    assert!(
+        waiter_fence > holder_fence,
+        "{waiter_fence} > {holder_fence}"
+    );
+    // The waiter's fence came from the new primary's counter.
+    assert_eq!(
+        new.cli(&["GET", "lockrun:fence:{w-key}"]),
+        waiter_fence.to_string()
+    );
+    assert!(!new.exists("w-key"), "released on the new primary");
+}

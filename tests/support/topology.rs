@@ -212,6 +212,19 @@ impl Node {
             .sum()
     }
 
+    /// Waits until this node replicates from the node on `port` with its link up: what the
+    /// Sentinels do to an old primary some seconds after a failover (it then holds a copy of
+    /// the new primary's data, its own writes gone).
+    pub fn wait_replica_of(&self, port: u16) {
+        self.wait_until(&format!("became a replica of {port}"), |n| {
+            n.try_cli(&["INFO", "replication"]).is_some_and(|i| {
+                i.contains("role:slave")
+                    && i.contains(&format!("master_port:{port}"))
+                    && i.contains("master_link_status:up")
+            })
+        });
+    }
+
     /// `role:master` in `INFO replication`.
     pub fn is_master(&self) -> bool {
         self.try_cli(&["INFO", "replication"])
@@ -816,6 +829,11 @@ impl Job {
             .stderr(File::create(&err).unwrap());
         let child = cmd.spawn().expect("spawn lockrun");
         Job { child, out, err }
+    }
+
+    /// lockrun's process id (a job's `$PPID`, and the `pid=` of the lock value it writes).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn stdout(&self) -> String {
