@@ -5,8 +5,8 @@
 //! starts from scratch (the caller drops its connection after any failure whose outcome is
 //! unknown), so a failover is followed by the next request: Sentinel is asked again, the
 //! Cluster's slot map is refreshed on MOVED. Behind Sentinel the caller also asks before each
-//! lock request on a connection it keeps ([`Connector::named_primary`]): see
-//! `RedisLock::lock_connection`.
+//! lock request on a connection it keeps ([`Connector::named_primary`]), and again while a
+//! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
@@ -178,6 +178,18 @@ impl Connector {
         } else {
             self.timeout
         }
+    }
+
+    /// Behind Sentinel: how long a lock request may wait for its reply before the sentinels
+    /// are asked again whether its server is still the primary (and again after as long,
+    /// while it waits): a quarter of the request timeout, at most a second. A primary that
+    /// stopped answering (a frozen host, SIGSTOP) is then left for the promoted replica
+    /// within about a second of the sentinels naming it, instead of after the whole timeout,
+    /// which a renewal cannot always afford. A reply that is merely slow (a `WAIT` of
+    /// `--acks`) costs one sentinel question per interval. None for other topologies.
+    pub fn watch_every(&self) -> Option<Duration> {
+        matches!(self.endpoint.shape, Shape::Sentinel { .. })
+            .then(|| (self.timeout / 4).min(Duration::from_secs(1)))
     }
 
     /// Behind Sentinel: the primary that a majority of the listed sentinels names now (see

@@ -332,6 +332,36 @@ impl RedisLock {
         Ok(())
     }
 
+    /// Behind Sentinel, `request` (one script on the primary `conn` goes to), with the
+    /// sentinels asked again every [`Connector::watch_every`] while it has no reply: `Err`
+    /// with the primary they name as soon as a majority names another one. The request is
+    /// then abandoned (its server no longer counts) and sent there instead. Without this a
+    /// renewal sent to a primary that froze waited out the whole request timeout before
+    /// asking, and its job was stopped although its key survived on the promoted replica.
+    async fn watched<T>(
+        &self,
+        request: impl std::future::Future<Output = T>,
+    ) -> Result<T, Primary> {
+        let (Some(every), Some(at)) = (self.connector.watch_every(), self.primary.as_ref()) else {
+            return Ok(request.await);
+        };
+        let watch = async {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Ok(Some(now)) = self.connector.named_primary().await {
+                    if now != *at {
+                        return now;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            reply = request => Ok(reply),
+            now = watch => Err(now),
+        }
+    }
+
     /// What a failed connection attempt means (see [`Self::unavailable`]).
     fn failed_connect(&self, fail: Fail) -> LockError {
         let scrub = |m: String| self.secrets.scrub(&m);
@@ -536,8 +566,31 @@ impl RedisLock {
         } else {
             script
         };
-        let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
-        let reply = self.send_script(&mut conn, script, keys, args, ack).await;
+        let watched = route != Route::AsConnected;
+        // Behind Sentinel the primary may be replaced while the request waits for its reply
+        // (see `watched`): the request is then sent again there, as if new. Three times at
+        // most: the sentinels do not fail over that often.
+        let mut moves = 0;
+        let (reply, mut conn) = loop {
+            let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
+            match self
+                .send_script(&mut conn, script, keys, args, ack, watched)
+                .await
+            {
+                Ok(reply) => break (reply, conn),
+                Err(now) if moves < 3 => {
+                    moves += 1;
+                    tracing::debug!("no reply yet, and the sentinels name another primary");
+                    self.move_to(now).await.map_err(Failed::Other)?;
+                }
+                Err(_) => {
+                    self.conn = None;
+                    return Err(Failed::Other(self.timed_out(
+                        "no reply (the sentinels named a new primary three times meanwhile)",
+                    )));
+                }
+            }
+        };
         match reply {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
@@ -618,7 +671,9 @@ fn server_words(e: &redis::RedisError) -> String {
 }
 
 impl RedisLock {
-    /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]).
+    /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
+    /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
+    /// while the reply is late (see [`Self::watched`]).
     async fn send_script(
         &mut self,
         conn: &mut Conn,
@@ -626,7 +681,8 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
         ack: bool,
-    ) -> redis::RedisResult<(Value, Acked)> {
+        watched: bool,
+    ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
         // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
         // less travel per request. A server that does not have the script yet (fresh, restarted,
         // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
@@ -637,17 +693,23 @@ impl RedisLock {
         // far more than the script anyway).
         let by_sha = self.evalsha && !(ack && self.acking());
         if !by_sha {
-            return self.send(conn, "EVAL", script, keys, args, ack).await;
+            return self
+                .send(conn, "EVAL", script, keys, args, ack, watched)
+                .await;
         }
         let sha = script_sha(script);
-        match self.send(conn, "EVALSHA", &sha, keys, args, ack).await {
+        match self
+            .send(conn, "EVALSHA", &sha, keys, args, ack, watched)
+            .await?
+        {
             // A server without one script (new, restarted, failed over) has none of them:
             // the rest of this process sends them whole (each EVAL caches one there, for
             // the next lockrun), so a run pays one extra round trip at most, and a retry
             // under faults never pays two.
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack).await
+                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                    .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
             Err(e)
@@ -656,14 +718,16 @@ impl RedisLock {
             {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack).await
+                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                    .await
             }
-            other => other,
+            other => Ok(other),
         }
     }
 
     /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
     /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         conn: &mut Conn,
@@ -672,7 +736,8 @@ impl RedisLock {
         keys: &[&str],
         args: &[&str],
         ack: bool,
-    ) -> redis::RedisResult<(Value, Acked)> {
+        watched: bool,
+    ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
         // On a Cluster each attempt has only a quarter of the request timeout (see
         // `connect::cluster_share`); a reply slower than that is asked for again, on the same
         // connection, for as long as the request timeout lasts. Safe to repeat: every script
@@ -688,11 +753,17 @@ impl RedisLock {
         let waits = ack && self.acking();
         let started = std::time::Instant::now();
         loop {
-            match self.send_once(conn, &cmd, ack).await {
+            let attempt = self.send_once(conn, &cmd, ack);
+            let reply = if watched {
+                self.watched(attempt).await?
+            } else {
+                attempt.await
+            };
+            match reply {
                 Err(e) if !waits && self.ask_again(&e, started) => {
                     tracing::debug!(error = %e, "slow reply from the shard; asking again");
                 }
-                other => return other,
+                other => return Ok(other),
             }
         }
     }

@@ -683,3 +683,82 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
     );
     assert!(!new.exists("w-key"), "released on the new primary");
 }
+
+#[test]
+fn sentinel_a_renewal_stuck_on_a_frozen_primary_moves_to_the_promoted_replica() {
+    // A primary that stops answering (SIGSTOP) while a renewal waits for its reply, and a
+    // replica promoted well within the lease. Before, the renewal waited out the whole request
+    // timeout before asking the sentinels again, and the holder was stopped (76) although its
+    // key survived on the new primary. Several runs: the outcome must be the same every time.
+    const RUNS: usize = 3;
+    let lost: Vec<String> = (0..RUNS).filter_map(frozen_primary_run).collect();
+    assert!(
+        lost.is_empty(),
+        "the holder lost its lock in {} of {RUNS} runs:\n\n{}",
+        lost.len(),
+        lost.join("\n\n")
+    );
+}
+
+/// One run of the frozen-primary test: None if the job finished with its own exit code, or
+/// what went wrong.
+fn frozen_primary_run(run: usize) -> Option<String> {
+    use std::time::{Duration, Instant};
+    let set = ReplicaSet::start(1);
+    let sentinels = Sentinels::start(&set, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    // A 30 s lease renewed every 10 s; the job is stopped 11 s before its end (the grace,
+    // TTL/3, and the margin). A request timeout of 9 s (the default is 3 s) makes a renewal
+    // that waits it out end after that moment, whenever the failover completes: the outcome
+    // then does not depend on how fast the Sentinels are on a loaded machine.
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", "30s", "--node-timeout", "9s", "frozen", "sh", "-c"])
+        .arg(format!(
+            "touch '{}'; {}; exit 3",
+            ready.display(),
+            wait_for_go(&go)
+        ));
+    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    job.until("the job started", || ready.exists());
+    let acquired = Instant::now();
+    let value = set.master.cli(&["GET", "frozen"]);
+    set.wait_replicated("frozen");
+    let old = set.master.port;
+
+    // Frozen about a second before the first renewal, which is then sent to it and waits;
+    // the failover is forced once it does (the Sentinels would also start one by themselves,
+    // 2 s after the freeze).
+    std::thread::sleep(
+        (acquired + Duration::from_secs(9)).saturating_duration_since(Instant::now()),
+    );
+    set.master.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    let new_port = sentinels.failover_away_from(old);
+    let new = set.node(new_port);
+    let failed_over = acquired.elapsed();
+    let start = Instant::now();
+    while new.script_calls() == 0 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let moved = acquired.elapsed();
+    let held = new.try_cli(&["GET", "frozen"]);
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.finish();
+    // Awake again, so that describing the nodes does not wait on it forever.
+    set.master.signal(libc::SIGCONT);
+    if code == Some(3) && held.as_deref() == Some(value.as_str()) {
+        // For the record (--nocapture): how much of the lease was left. The job would have
+        // been stopped 19 s after the acquire.
+        eprintln!(
+            "run {run}: a majority named {new_port} {failed_over:.1?} after the acquire, \
+             the renewal ran there by {moved:.1?}"
+        );
+        return None;
+    }
+    Some(format!(
+        "run {run}: exit {code:?}, the key on the new primary {new_port}: {held:?} (ours: {value:?}); \
+         a majority named it {failed_over:?} after the acquire\n{err}\n{}",
+        sentinels.describe(&set)
+    ))
+}

@@ -518,6 +518,39 @@ impl Sentinels {
             .unwrap_or_else(|| panic!("no master address in {reply:?}"))
     }
 
+    /// The port that a majority of the Sentinels name as the master, if a majority agree
+    /// (a Sentinel that does not answer names nothing).
+    pub fn majority_port(&self) -> Option<u16> {
+        let named: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter_map(|s| {
+                let reply = s.try_cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
+                reply.lines().nth(1)?.trim().parse().ok()
+            })
+            .collect();
+        named
+            .iter()
+            .copied()
+            .find(|p| named.iter().filter(|q| *q == p).count() > self.nodes.len() / 2)
+    }
+
+    /// Asks the first Sentinel to fail over now (`SENTINEL FAILOVER`, without waiting for the
+    /// master to answer: a stopped master is left behind), tolerating a failover the Sentinels
+    /// started by themselves, and waits until a majority of them name another master than
+    /// `old`. Returns its port.
+    pub fn failover_away_from(&self, old: u16) -> u16 {
+        let _ = self.nodes[0].try_cli(&["SENTINEL", "FAILOVER", MASTER_NAME]);
+        let start = Instant::now();
+        while start.elapsed() < PATIENCE {
+            match self.majority_port() {
+                Some(now) if now != old => return now,
+                _ => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        panic!("no majority of the Sentinels named another master than {old}");
+    }
+
     /// Forces a failover (`SENTINEL FAILOVER`: no agreement needed, no waiting for the replica
     /// to catch up) and waits until every Sentinel names a different master, and that node says
     /// it is one. Returns its port.
