@@ -9,6 +9,7 @@
 //! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
+use super::errors::is_dropped;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -114,7 +115,15 @@ pub struct Connector {
     node: Option<Client>,
     sentinels: Vec<Client>,
     cluster: Option<ClusterClient>,
+    /// Behind Sentinel: one connection per listed sentinel (in list order), kept between
+    /// questions; None before the first and after one failed. Every lock request asks them,
+    /// and a new connection each time would cost every sentinel a handshake (TCP, TLS, AUTH)
+    /// per request: a waiting lockrun asks about once a second.
+    kept: Kept,
 }
+
+/// The connections to the sentinels kept between questions (see `Connector::kept`).
+type Kept = std::sync::Arc<std::sync::Mutex<Vec<Option<MultiplexedConnection>>>>;
 
 /// A primary as the sentinels name it: host and port.
 pub type Primary = (String, u16);
@@ -153,6 +162,7 @@ impl Connector {
             node,
             sentinels,
             cluster,
+            kept: Kept::default(),
         })
     }
 
@@ -290,29 +300,57 @@ impl Connector {
         let mut asks = tokio::task::JoinSet::new();
         // Half the budget: the primary still has to be connected to within the rest.
         let budget = self.timeout / 2;
-        for sentinel in &self.sentinels {
+        let count = self.sentinels.len();
+        for (i, sentinel) in self.sentinels.iter().enumerate() {
             let (sentinel, service, config) =
                 (sentinel.clone(), service.to_string(), self.config.clone());
+            let all_kept = self.kept.clone();
+            let kept = all_kept
+                .lock()
+                .ok()
+                .and_then(|k| k.get(i).cloned().flatten());
             asks.spawn(async move {
                 let ask = async {
+                    let question = redis::cmd("SENTINEL")
+                        .arg("GET-MASTER-ADDR-BY-NAME")
+                        .arg(&service)
+                        .clone();
+                    if let Some(mut conn) = kept {
+                        match question.query_async::<Option<Primary>>(&mut conn).await {
+                            Ok(named) => return Ok((named, conn)),
+                            // Closed since (a restarted sentinel, an idle client dropped):
+                            // asked again on a new connection, within the same budget.
+                            Err(e) if is_dropped(&e) || e.is_io_error() => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
                     let mut conn = sentinel
                         .get_multiplexed_async_connection_with_config(&config)
                         .await?;
-                    redis::cmd("SENTINEL")
-                        .arg("GET-MASTER-ADDR-BY-NAME")
-                        .arg(&service)
-                        .query_async::<Option<(String, u16)>>(&mut conn)
-                        .await
+                    let named = question.query_async::<Option<Primary>>(&mut conn).await?;
+                    Ok((named, conn))
                 };
-                tokio::time::timeout(budget, ask).await
+                // The connection of a sentinel that answered is kept, one that failed is
+                // forgotten (the next question connects anew).
+                let answer = match tokio::time::timeout(budget, ask).await {
+                    Ok(Ok((named, conn))) => Ok((Ok(named), Some(conn))),
+                    Ok(Err(e)) => Ok((Err(e), None)),
+                    Err(elapsed) => Err(elapsed),
+                };
+                if let Ok(mut kept) = all_kept.lock() {
+                    kept.resize(count, None);
+                    kept[i] = answer.as_ref().ok().and_then(|(_, conn)| conn.clone());
+                }
+                answer.map(|(named, _)| named)
             });
         }
-        let need = self.sentinels.len() / 2 + 1;
+        let need = count / 2 + 1;
         let mut named: Vec<(Primary, usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         while let Some(joined) = asks.join_next().await {
-            match joined {
-                Ok(Ok(Ok(Some(addr)))) => {
+            let Ok(answer) = joined else { continue };
+            match answer {
+                Ok(Ok(Some(addr))) => {
                     let votes = match named.iter_mut().find(|(a, _)| *a == addr) {
                         Some((_, n)) => {
                             *n += 1;
@@ -324,12 +362,15 @@ impl Connector {
                         }
                     };
                     if votes >= need {
+                        // The others finish in the background (within the budget), so
+                        // that their connections are kept for the next question too.
+                        asks.detach_all();
                         return Ok(addr);
                     }
                 }
-                Ok(Ok(Ok(None))) => unknown += 1,
-                Ok(Ok(Err(e))) => last = Some(e),
-                Ok(Err(_)) | Err(_) => {}
+                Ok(Ok(None)) => unknown += 1,
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => {}
             }
         }
         let shown = &self.endpoint.shown;

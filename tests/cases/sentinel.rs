@@ -762,3 +762,42 @@ fn frozen_primary_run(run: usize) -> Option<String> {
         sentinels.describe(&set)
     ))
 }
+
+#[test]
+fn sentinel_a_run_keeps_one_connection_per_sentinel_however_often_it_asks() {
+    // Every renewal and the release ask the sentinels which primary is current (a waiting
+    // lockrun asks before every attempt): over connections kept for the run, not a new
+    // connection (TCP, TLS, AUTH) to every sentinel per question.
+    let set = ReplicaSet::start(1);
+    let sentinels = Sentinels::start(&set, 3);
+    let received = |s: &crate::support::topology::Node| -> u64 {
+        s.cli(&["INFO", "stats"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+            .and_then(|n| n.parse().ok())
+            .expect("total_connections_received")
+    };
+    let before: Vec<u64> = sentinels.nodes.iter().map(received).collect();
+    let renewals = set.master.script_calls();
+    // 3 s: renewals every second, three of them before the job ends, then the release.
+    let mut cmd = via(&sentinels.url());
+    cmd.args(["-t", SHORT_TTL, "kept", "sleep", "3.5"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        set.master.script_calls() - renewals >= 3,
+        "acquire, release and at least one renewal: {}",
+        stderr_of(&out)
+    );
+    // Each reading of the counter is a connection of its own.
+    let opened: Vec<u64> = sentinels
+        .nodes
+        .iter()
+        .zip(&before)
+        .map(|(s, b)| received(s) - b - 1)
+        .collect();
+    assert!(
+        opened.iter().all(|n| *n <= 1),
+        "connections lockrun opened to each sentinel: {opened:?}"
+    );
+}
