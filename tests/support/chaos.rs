@@ -97,13 +97,21 @@ pub struct Chaos {
     lease_ends: Arc<Mutex<Vec<(String, Instant)>>>,
     restarts: Mutex<Vec<Instant>>,
     problems: Mutex<Vec<Violation>>,
-    socket: PathBuf,
+    /// The data nodes' unix sockets: the expiry watchers and check (e) use every one.
+    sockets: Vec<PathBuf>,
     stop_watch: Arc<AtomicBool>,
     streams: AtomicU64,
 }
 
 impl Chaos {
     pub fn new(name: &str, redis: &Redis) -> Chaos {
+        Chaos::over(name, std::slice::from_ref(&redis.socket))
+    }
+
+    /// A scenario over several data nodes (a replica set, a cluster, Redlock masters), each
+    /// reached by the test through its unix socket, so that no network fault the scenario
+    /// injects hides what the servers hold.
+    pub fn over(name: &str, sockets: &[PathBuf]) -> Chaos {
         let seed = match std::env::var("LOCKRUN_FAULTS_SEED") {
             Ok(s) => s
                 .trim()
@@ -144,11 +152,13 @@ impl Chaos {
             lease_ends: Arc::default(),
             restarts: Mutex::default(),
             problems: Mutex::default(),
-            socket: redis.socket.clone(),
+            sockets: sockets.to_vec(),
             stop_watch: Arc::new(AtomicBool::new(false)),
             streams: AtomicU64::new(0),
         };
-        ch.watch_expiries();
+        for socket in &ch.sockets {
+            ch.watch_expiries(socket.clone());
+        }
         ch
     }
 
@@ -385,9 +395,8 @@ impl Chaos {
     /// Keyspace notifications for expired keys, timestamped on the recorder's clock. Hz 100
     /// makes Redis's active expiry run every 10 ms, so an event is at most ~10 ms late (an
     /// access, such as a waiter's attempt, expires the key at once).
-    fn watch_expiries(&self) {
+    fn watch_expiries(&self, socket: PathBuf) {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let socket = self.socket.clone();
         let stop = self.stop_watch.clone();
         let out = self.lease_ends.clone();
         thread::spawn(move || {

@@ -5,6 +5,7 @@ use crate::support::Redis;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::thread;
@@ -180,22 +181,27 @@ impl Findings<'_> {
         codes
     }
 
-    /// (e): every lock key is gone within its TTL (+1 s) once the scenario is over.
-    fn keys_gone(&mut self, redis: &Redis, keys: &[(String, Duration)]) {
-        for (key, ttl) in keys {
-            let deadline = Instant::now() + *ttl + Duration::from_secs(1);
-            let mut left: Option<i64> = None;
-            while Instant::now() < deadline {
-                left = redis.try_cmd::<i64>(&["PTTL", key]).filter(|&p| p != -2);
-                if left.is_none() {
-                    break;
+    /// (e): every lock key is gone within its TTL (+1 s) once the scenario is over, on every
+    /// data node (a node that does not answer counts as not holding it).
+    fn keys_gone(&mut self, sockets: &[PathBuf], keys: &[(String, Duration)]) {
+        for socket in sockets {
+            for (key, ttl) in keys {
+                let deadline = Instant::now() + *ttl + Duration::from_secs(1);
+                let mut left: Option<i64> = None;
+                while Instant::now() < deadline {
+                    left = pttl(socket, key).filter(|&p| p != -2);
+                    if left.is_none() {
+                        break;
+                    }
+                    thread::sleep(Duration::from_millis(10));
                 }
-                thread::sleep(Duration::from_millis(10));
-            }
-            if let Some(p) = left {
-                let text =
-                    format!("key {key} still exists {ttl:?} + 1 s after the scenario (PTTL {p})");
-                self.push(text, &[]);
+                if let Some(p) = left {
+                    let text = format!(
+                        "key {key} still exists on {} {ttl:?} + 1 s after the scenario (PTTL {p})",
+                        socket.display()
+                    );
+                    self.push(text, &[]);
+                }
             }
         }
     }
@@ -237,6 +243,11 @@ impl Chaos {
     /// Runs every check, prints the results line (and appends it to LOCKRUN_FAULTS_REPORT),
     /// and returns the report. Call when every lockrun has been finished.
     pub fn report(&self, redis: &Redis) -> Report {
+        self.report_on(std::slice::from_ref(&redis.socket))
+    }
+
+    /// [`Chaos::report`] over several data nodes: check (e) on each of `sockets`.
+    pub fn report_on(&self, sockets: &[PathBuf]) -> Report {
         let mut f = Findings {
             ch: self,
             v: std::mem::take(&mut *self.problems.lock().unwrap()),
@@ -287,7 +298,7 @@ impl Chaos {
         }
         let outcomes = self.outcomes.lock().unwrap();
         let codes = f.outcomes(&outcomes);
-        f.keys_gone(redis, &self.keys.lock().unwrap());
+        f.keys_gone(sockets, &self.keys.lock().unwrap());
         let logs: HashMap<i32, (&str, &str)> = outcomes
             .iter()
             .map(|o| (o.pid as i32, (o.label.as_str(), o.stderr.as_str())))
@@ -418,4 +429,15 @@ impl Report {
             self.details
         );
     }
+}
+
+/// `PTTL key` on the server behind a unix socket; None when it does not answer.
+fn pttl(socket: &Path, key: &str) -> Option<i64> {
+    let client = redis::Client::open(format!("unix://{}", socket.display())).ok()?;
+    // Bounded: a paused server must not hang the report.
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(1))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    redis::cmd("PTTL").arg(key).query(&mut conn).ok()
 }
