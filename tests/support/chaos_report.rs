@@ -44,6 +44,8 @@ struct Findings<'a> {
     v: Vec<Violation>,
     overlaps: usize,
     overlap_ms: f64,
+    worst_overlap_ms: f64,
+    fence_disorder: usize,
 }
 
 /// A section's end, or now for one still running (which `report` has already flagged).
@@ -69,7 +71,16 @@ impl Findings<'_> {
     fn overlap(&mut self, d: f64, text: String, lockruns: &[i32]) {
         self.overlaps += 1;
         self.overlap_ms += d;
+        self.worst_overlap_ms = self.worst_overlap_ms.max(d);
         if !self.ch.allow_overlap {
+            self.push(text, lockruns);
+        }
+    }
+
+    /// Counted always; a violation unless the scenario documents fences out of order.
+    fn fence_disorder(&mut self, text: String, lockruns: &[i32]) {
+        self.fence_disorder += 1;
+        if !self.ch.allow_fence_disorder {
             self.push(text, lockruns);
         }
     }
@@ -131,7 +142,7 @@ impl Findings<'_> {
                             "fence did not increase on {key}: job {} began at {:.1} ms with fence {} after job {} with fence {}",
                             w[1].pid, self.at(w[1].begin), w[1].fence, w[0].pid, w[0].fence
                         );
-                        self.push(text, &[w[0].lockrun, w[1].lockrun]);
+                        self.fence_disorder(text, &[w[0].lockrun, w[1].lockrun]);
                     }
                 }
             }
@@ -143,7 +154,7 @@ impl Findings<'_> {
                             "fence {} handed out twice on {key}: jobs {} and {}",
                             s.fence, o.pid, s.pid
                         );
-                        self.push(text, &[o.lockrun, s.lockrun]);
+                        self.fence_disorder(text, &[o.lockrun, s.lockrun]);
                     }
                 }
             }
@@ -156,7 +167,7 @@ impl Findings<'_> {
                         "fence went backwards over the restart at {:.1} ms on {key}: job {} got {} after {b} was handed out",
                         self.at(r), s.pid, s.fence
                     );
-                    self.push(text, &[s.lockrun]);
+                    self.fence_disorder(text, &[s.lockrun]);
                 }
             }
         }
@@ -253,6 +264,8 @@ impl Chaos {
             v: std::mem::take(&mut *self.problems.lock().unwrap()),
             overlaps: 0,
             overlap_ms: 0.0,
+            worst_overlap_ms: 0.0,
+            fence_disorder: 0,
         };
         let left: Vec<i32> = self.live().iter().map(|&p| p as i32).collect();
         if !left.is_empty() {
@@ -310,6 +323,8 @@ impl Chaos {
             faults: self.faults.load(Ordering::SeqCst),
             overlaps: f.overlaps,
             overlap_ms: f.overlap_ms,
+            worst_overlap_ms: f.worst_overlap_ms,
+            fence_disorder: f.fence_disorder,
             stale,
             expiry_to_gone_ms: expiry_to_gone(self, &by_key, &self.lease_ends.lock().unwrap()),
             codes,
@@ -352,6 +367,10 @@ pub struct Report {
     pub faults: u64,
     pub overlaps: usize,
     pub overlap_ms: f64,
+    /// The longest single overlap.
+    pub worst_overlap_ms: f64,
+    /// Fences out of start order (or repeated on a semaphore, or not above a restart's).
+    pub fence_disorder: usize,
     pub stale: u64,
     pub expiry_to_gone_ms: Option<f64>,
     /// Exit code → how many lockruns exited with it.

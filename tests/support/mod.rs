@@ -10,6 +10,7 @@
 pub mod chaos;
 pub mod cron;
 pub mod fake;
+pub mod ha;
 pub mod proxy;
 pub mod topology;
 

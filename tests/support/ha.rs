@@ -1,0 +1,133 @@
+//! The high-availability suite's results: one row per scenario over all of its runs, checked
+//! against what the README promises for it, printed, and appended to `LOCKRUN_HA_REPORT` (the
+//! README's availability table is that file; `tests/ha-table.sh` regenerates it).
+//!
+//! Each run of a scenario is a [`Chaos`](super::chaos::Chaos) scenario of its own, whose
+//! [`Report`] already checked fences, exit codes and leftover keys; [`Runs`] adds the promise
+//! about overlaps across the runs.
+
+use super::chaos::Report;
+use std::io::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What the README promises about overlapping jobs in a scenario.
+#[derive(Clone, Copy, Debug)]
+pub enum Promise {
+    /// No two live jobs overlap.
+    NoOverlap,
+    /// Jobs may overlap (documented), each overlap at most this long.
+    AtMost(Duration),
+}
+
+/// The table's columns.
+pub const HEADER: &str = "| topology | scenario | promise | runs | overlaps (worst) | fences out of order | exit codes |\n|---|---|---|---|---|---|---|";
+
+/// The runs of one scenario.
+pub struct Runs {
+    topology: String,
+    scenario: String,
+    promise: Promise,
+    reports: Vec<Report>,
+}
+
+impl Runs {
+    pub fn new(topology: &str, scenario: &str, promise: Promise) -> Runs {
+        Runs {
+            topology: topology.to_string(),
+            scenario: scenario.to_string(),
+            promise,
+            reports: Vec::new(),
+        }
+    }
+
+    /// How many runs LOCKRUN_FAULTS_SCALE asks for (`base` at scale 1, at least 1).
+    pub fn count(base: u64) -> u64 {
+        let scale = std::env::var("LOCKRUN_FAULTS_SCALE")
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|x| *x > 0.0)
+            .unwrap_or(1.0);
+        ((base as f64 * scale).round() as u64).max(1)
+    }
+
+    /// Adds one run's report; its own violations fail the test at once (with its details).
+    pub fn add(&mut self, report: Report) {
+        report.assert();
+        self.reports.push(report);
+    }
+
+    /// The row for the table.
+    pub fn row(&self) -> String {
+        let overlaps: usize = self.reports.iter().map(|r| r.overlaps).sum();
+        let worst = self
+            .reports
+            .iter()
+            .map(|r| r.worst_overlap_ms)
+            .fold(0.0, f64::max);
+        let disorder: usize = self.reports.iter().map(|r| r.fence_disorder).sum();
+        let mut codes = std::collections::BTreeMap::new();
+        for r in &self.reports {
+            for (code, n) in &r.codes {
+                *codes.entry(*code).or_insert(0) += n;
+            }
+        }
+        let codes = codes
+            .iter()
+            .map(|(c, n)| format!("{c}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let promise = match self.promise {
+            Promise::NoOverlap => "none".to_string(),
+            Promise::AtMost(d) => format!("≤ {} ms each", d.as_millis()),
+        };
+        let overlaps = if overlaps == 0 {
+            "**0**".to_string()
+        } else {
+            format!("{overlaps} (worst {worst:.0} ms)")
+        };
+        format!(
+            "| {} | {} | {promise} | {} | {overlaps} | {disorder} | {codes} |",
+            self.topology,
+            self.scenario,
+            self.reports.len()
+        )
+    }
+
+    /// Checks the promise over all runs, prints the row and appends it to LOCKRUN_HA_REPORT.
+    pub fn finish(self) {
+        let row = self.row();
+        eprintln!("{HEADER}\n{row}");
+        if let Ok(path) = std::env::var("LOCKRUN_HA_REPORT") {
+            // One writer at a time: the header once, rows never interleaved.
+            static FILE: Mutex<()> = Mutex::new(());
+            let _guard = FILE.lock().unwrap();
+            let fresh = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("LOCKRUN_HA_REPORT={path}: {e}"));
+            if fresh {
+                let _ = writeln!(f, "{HEADER}");
+            }
+            let _ = writeln!(f, "{row}");
+        }
+        for r in &self.reports {
+            match self.promise {
+                Promise::NoOverlap => assert_eq!(
+                    r.overlaps, 0,
+                    "{}: the README promises no overlap; run seed {} overlapped:\n{row}",
+                    self.scenario, r.seed
+                ),
+                Promise::AtMost(bound) => assert!(
+                    r.worst_overlap_ms <= bound.as_secs_f64() * 1e3,
+                    "{}: the README bounds each overlap by {bound:?}; run seed {} overlapped {:.0} ms:\n{row}",
+                    self.scenario,
+                    r.seed,
+                    r.worst_overlap_ms
+                ),
+            }
+        }
+    }
+}
