@@ -22,7 +22,7 @@ source tests/ensure-cron.sh
 # topology's timing rather than the server's protocol: real cron (minutes of wall time), the
 # platforms' stop sequences, promtool/node_exporter, and the network-partition suite (ha_).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cron_ --skip platform_stops_ --skip alerting_ --skip ha_)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ha_)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"
