@@ -420,8 +420,7 @@ async fn acquire<L: LockService>(
             sig = next_abort(signals) => {
                 // The attempt may still land on the server: give back, token-checked, what
                 // it may have taken, within a short bound (the key expires by its TTL if not).
-                let lease = phantom_lease(spec, holder);
-                let cleanup = lock.release(spec, &lease, Duration::ZERO, None);
+                let cleanup = lock.give_back(spec, holder);
                 let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
                 return Err(abort(lock, spec, holder, waiting, sig, started).await);
             }
@@ -471,9 +470,9 @@ async fn acquire<L: LockService>(
             }
             Err(e) => {
                 // The attempt may have taken the lock (its reply lost, or a script that failed
-                // after writing): give it back, token-checked, so nothing is left locked.
-                let lease = phantom_lease(spec, holder);
-                let cleanup = lock.release(spec, &lease, Duration::ZERO, None);
+                // after writing): give it back, token-checked, so nothing is left locked. Once:
+                // an attempt that gave back what it knew it took leaves nothing to do here.
+                let cleanup = lock.give_back(spec, holder);
                 let _ = tokio::time::timeout(Duration::from_secs(1), cleanup).await;
                 return Err(Failed::Code(unavailable(&e)));
             }
@@ -533,18 +532,6 @@ fn note(outcome: Outcome, code: Option<ExitCode>, started: Instant) -> Note {
         outcome,
         exit_code: code.map(ExitCode::code),
         duration: started.elapsed(),
-    }
-}
-
-/// A lease for `holder` whose acquire reply we never saw, for a token-checked cleanup.
-fn phantom_lease(spec: &LockSpec, holder: &Holder) -> Lease {
-    let now = Instant::now();
-    Lease {
-        key: spec.key.clone(),
-        holder: holder.clone(),
-        fence: 0,
-        sent_at: now,
-        confirmed_at: now,
     }
 }
 

@@ -229,6 +229,9 @@ mod tests {
             self.0.set(Some(Instant::now()));
             Ok(Renew::Renewed)
         }
+        async fn give_back(&mut self, _: &LockSpec, _: &crate::lock::Holder) {
+            unreachable!()
+        }
         async fn release(
             &mut self,
             _: &LockSpec,

@@ -37,6 +37,10 @@ impl LockService for Backend {
         on!(self, l => l.acquire(spec, holder, queue).await)
     }
 
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
+        on!(self, l => l.give_back(spec, holder).await)
+    }
+
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         on!(self, l => l.renew(spec, lease).await)
     }

@@ -162,6 +162,21 @@ pub struct Lease {
     pub confirmed_at: Instant,
 }
 
+impl Lease {
+    /// A lease for `holder` whose acquire reply we never saw (or could not count), for a
+    /// token-checked give-back: the release scripts read only the key and the holder's value.
+    pub(crate) fn phantom(spec: &LockSpec, holder: &Holder) -> Lease {
+        let now = Instant::now();
+        Lease {
+            key: spec.key.clone(),
+            holder: holder.clone(),
+            fence: 0,
+            sent_at: now,
+            confirmed_at: now,
+        }
+    }
+}
+
 /// The answer to one acquire attempt.
 #[derive(Debug)]
 pub enum Acquire {
@@ -242,6 +257,13 @@ pub trait LockService {
         holder: &Holder,
         queue: bool,
     ) -> Result<Acquire, LockError>;
+    /// After an attempt that failed (`Err`, not retried) or was abandoned (a stop signal while
+    /// it waited for its reply): removes, token-checked, whatever that attempt may have taken.
+    /// Once: an attempt that already gave back what it knew it took (a majority not reached,
+    /// replicas that did not acknowledge) leaves nothing to do. Without waiting for replicas
+    /// (a give-back that misses them leaves a key of ours that expires by its TTL, and no job
+    /// of ours runs) and without a history entry. Best effort: the caller bounds it.
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder);
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError>;
     /// `note`: the run's history entry, written by the same script (also when the key is no
     /// longer ours: a lost lock is history too).

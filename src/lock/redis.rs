@@ -83,6 +83,9 @@ pub struct RedisLock {
     /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command (`doctor`
     /// sets and reads it to exercise both ways: see `probe.rs`).
     pub(super) evalsha: bool,
+    /// The last acquire was sent and its outcome is unknown (no reply, or abandoned while it
+    /// waited for one): [`LockService::give_back`] has something to do.
+    unsettled: bool,
 }
 
 impl RedisLock {
@@ -109,6 +112,7 @@ impl RedisLock {
             acks: 0,
             fsync: false,
             evalsha: true,
+            unsettled: false,
         })
     }
 
@@ -126,6 +130,12 @@ impl RedisLock {
     /// timeout cut a request short, leaving this socket possibly half-dead (see `redlock.rs`).
     pub fn disconnect(&mut self) {
         self.conn = None;
+    }
+
+    /// The last acquire's outcome counts as unknown, whatever its reply said: under Redlock a
+    /// node whose grant did not make a majority (or whose reply came too late) gives back too.
+    pub fn abandoned(&mut self) {
+        self.unsettled = true;
     }
 
     /// How many replicas must acknowledge each acquire and renewal (`--acks`).
@@ -915,6 +925,7 @@ impl LockService for RedisLock {
             &keys.tickets,
             &keys.history,
         ];
+        self.unsettled = true;
         let (reply, acked) = match spec.limit {
             None => {
                 let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
@@ -930,6 +941,7 @@ impl LockService for RedisLock {
             }
         };
         let confirmed_at = Instant::now();
+        self.unsettled = false;
         let items = match reply {
             Value::Array(items) => items,
             other => return Err(unexpected(&other)),
@@ -945,8 +957,11 @@ impl LockService for RedisLock {
                 };
                 if let Err(e) = acked {
                     // Not on enough replicas: a failover now could hand the key to someone
-                    // else. Give it back (token-checked) rather than hold it half-safely.
-                    let _ = self.release(spec, &lease, Duration::ZERO, None).await;
+                    // else. Give it back (token-checked) rather than hold it half-safely, and
+                    // without waiting for the replicas a second time: they just failed to
+                    // answer, and a give-back they miss leaves only our key, until its TTL.
+                    self.unsettled = true;
+                    self.give_back(spec, holder).await;
                     return Err(e);
                 }
                 Ok(Acquire::Acquired(lease))
@@ -997,6 +1012,19 @@ impl LockService for RedisLock {
         }
     }
 
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
+        if !std::mem::take(&mut self.unsettled) {
+            return;
+        }
+        let lease = Lease::phantom(spec, holder);
+        if let Err(e) = self
+            .release_with(spec, &lease, Duration::ZERO, None, false)
+            .await
+        {
+            tracing::debug!(error = %e, "giving back what the failed acquire may have taken");
+        }
+    }
+
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let ttl = spec.ttl.as_millis().to_string();
         let script = if spec.limit.is_some() {
@@ -1031,41 +1059,7 @@ impl LockService for RedisLock {
         keep_for: Duration,
         note: Option<&Note>,
     ) -> Result<Release, LockError> {
-        // Round up: keeping a millisecond too long is harmless, too short is not.
-        let keep = keep_for.as_micros().div_ceil(1000).to_string();
-        let script = if spec.limit.is_some() {
-            SEM_RELEASE
-        } else {
-            RELEASE
-        };
-        let keys = Keys::of(&spec.key);
-        let fence = (lease.fence > 0).then_some(lease.fence);
-        let history = history_args(spec, &lease.holder, fence, note);
-        let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
-        let (reply, acked) = self
-            // Behind Sentinel on the primary named now: "released" means deleted where the
-            // key lives, not on a replaced primary that still accepts writes.
-            .eval_once(
-                script,
-                &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
-                &args,
-                true,
-                Route::Named,
-            )
-            .await
-            .map_err(Failed::into_error)?;
-        if let Err(e @ LockError::Unavailable(_)) = acked {
-            // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
-            // The key is deleted on the primary; if a failover loses that, it only lingers
-            // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
-            tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");
-        }
-        match reply {
-            Value::Int(1) => Ok(Release::Deleted),
-            Value::Int(2) => Ok(Release::Kept(keep_for)),
-            Value::Int(0) => Ok(Release::NotOwner),
-            other => Err(unexpected(&other)),
-        }
+        self.release_with(spec, lease, keep_for, note, true).await
     }
 
     async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
@@ -1124,6 +1118,55 @@ impl LockService for RedisLock {
         if dead {
             // Subscribe again before the next attempt (see `subscribe_wakeups`).
             self.wake = None;
+        }
+    }
+}
+
+impl RedisLock {
+    /// [`LockService::release`]; `ack`: with `--acks`/`--fsync`, wait for the replicas (not
+    /// for a give-back: see [`LockService::give_back`]).
+    async fn release_with(
+        &mut self,
+        spec: &LockSpec,
+        lease: &Lease,
+        keep_for: Duration,
+        note: Option<&Note>,
+        ack: bool,
+    ) -> Result<Release, LockError> {
+        // Round up: keeping a millisecond too long is harmless, too short is not.
+        let keep = keep_for.as_micros().div_ceil(1000).to_string();
+        let script = if spec.limit.is_some() {
+            SEM_RELEASE
+        } else {
+            RELEASE
+        };
+        let keys = Keys::of(&spec.key);
+        let fence = (lease.fence > 0).then_some(lease.fence);
+        let history = history_args(spec, &lease.holder, fence, note);
+        let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
+        let (reply, acked) = self
+            // Behind Sentinel on the primary named now: "released" means deleted where the
+            // key lives, not on a replaced primary that still accepts writes.
+            .eval_once(
+                script,
+                &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
+                &args,
+                ack,
+                Route::Named,
+            )
+            .await
+            .map_err(Failed::into_error)?;
+        if let Err(e @ LockError::Unavailable(_)) = acked {
+            // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
+            // The key is deleted on the primary; if a failover loses that, it only lingers
+            // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
+            tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");
+        }
+        match reply {
+            Value::Int(1) => Ok(Release::Deleted),
+            Value::Int(2) => Ok(Release::Kept(keep_for)),
+            Value::Int(0) => Ok(Release::NotOwner),
+            other => Err(unexpected(&other)),
         }
     }
 }

@@ -58,6 +58,9 @@ pub struct Redlock {
     /// The last attempt found no majority because nodes failed, not because of a holder: then
     /// the waiting loop's next try waits the caller's full pace, not the short retry delay.
     outage: bool,
+    /// An acquire was abandoned before it settled (granted, or given back): see
+    /// [`LockService::give_back`].
+    unsettled: bool,
 }
 
 /// How the nodes answered one request.
@@ -131,6 +134,7 @@ impl Redlock {
             node_timeout,
             warned,
             outage: false,
+            unsettled: false,
         }
     }
 
@@ -185,19 +189,13 @@ impl Redlock {
         }
     }
 
-    /// Token-checked release of `holder`'s value on every node that may have it: all but
+    /// Token-checked give-back of `holder`'s value on every node that may have it: all but
     /// those that answered "held by someone else" (`held`, by node), which set nothing of ours.
+    /// All at once, each bounded by the node timeout: one node timeout more when a node did not
+    /// answer the acquire (the give-back is most needed there, the request may have run).
     /// Answers are ignored: a node without our value says "not owner", one that is down keeps
-    /// it until its TTL.
-    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder, held: &[bool]) {
-        let now = Instant::now();
-        let lease = &Lease {
-            key: spec.key.clone(),
-            holder: holder.clone(),
-            fence: 0,
-            sent_at: now,
-            confirmed_at: now,
-        };
+    /// it until its TTL. Without waiting for replicas (see [`LockService::give_back`]).
+    async fn give_back_where(&mut self, spec: &LockSpec, holder: &Holder, held: &[bool]) {
         let limit = self.node_timeout;
         let releases = self
             .nodes
@@ -205,12 +203,18 @@ impl Redlock {
             .zip(held)
             .filter(|(_, held)| !**held)
             .map(|(node, _)| async move {
-                let release = node.release(spec, lease, Duration::ZERO, None);
-                if tokio::time::timeout(limit, release).await.is_err() {
+                // Marked unsettled first: the node's own give-back then runs whatever its last
+                // acquire's reply said.
+                node.abandoned();
+                if tokio::time::timeout(limit, node.give_back(spec, holder))
+                    .await
+                    .is_err()
+                {
                     node.disconnect();
                 }
             });
         join_all(releases).await;
+        self.unsettled = false;
     }
 
     fn no_majority(&self, what: &str, got: usize, failure: Option<&LockError>) -> String {
@@ -234,6 +238,7 @@ impl LockService for Redlock {
         _queue: bool,
     ) -> Result<Acquire, LockError> {
         let sent_at = Instant::now();
+        self.unsettled = true;
         // Nodes never queue: a place in one node's queue would block others' majorities.
         let replies = all!(self, n => n.acquire(spec, holder, false));
         let confirmed_at = Instant::now();
@@ -264,6 +269,7 @@ impl LockService for Redlock {
             if fences.len() >= self.quorum() {
                 self.warn_once(&t.failed);
                 self.outage = false;
+                self.unsettled = false;
                 return Ok(Acquire::Acquired(Lease {
                     key: spec.key.clone(),
                     holder: holder.clone(),
@@ -276,7 +282,7 @@ impl LockService for Redlock {
                 }));
             }
         }
-        self.give_back(spec, holder, &held_by_other).await;
+        self.give_back_where(spec, holder, &held_by_other).await;
         if let Some(e) = misuse {
             return Err(e);
         }
@@ -314,6 +320,15 @@ impl LockService for Redlock {
             Some(LockError::Local(_)) => LockError::Local(msg),
             _ => LockError::Unavailable(msg),
         })
+    }
+
+    /// Nothing to do after a failed acquire: it gave back on every node before it returned.
+    /// After one abandoned mid-way (a stop signal), on every node.
+    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
+        if self.unsettled {
+            let everywhere = vec![false; self.nodes.len()];
+            self.give_back_where(spec, holder, &everywhere).await;
+        }
     }
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {

@@ -158,3 +158,38 @@ fn fsync_waits_for_the_append_only_file_or_says_what_is_missing() {
     assert_eq!(stdout_of(&out), "");
     assert!(!redis.exists("old"));
 }
+
+#[test]
+fn a_failed_acks_acquire_waits_for_the_replicas_once_and_says_so_once() {
+    // The replica is frozen: the acquire's WAIT gets no acknowledgement. What the acquire took
+    // is given back without waiting for replicas again (a give-back that does not reach them
+    // leaves only a key of ours that expires by its TTL, and no job of ours runs), and the
+    // run says one thing: why it did not start. (Before: three WAITs, the acquire's, its own
+    // give-back's and the caller's cleanup's, ~2.0 s at TTL 3 s, and "release not
+    // acknowledged" logged twice.)
+    let set = ReplicaSet::start(1);
+    let replica = &set.replicas[0];
+    let waits_before = set.master.calls("wait");
+    replica.signal(libc::SIGSTOP);
+    let mut cmd = on(&set);
+    // TTL 3 s: request timeout 1 s, WAIT 666 ms.
+    cmd.args(["-t", "3s", "--acks", "1", "once", "echo", "ran"]);
+    let started = std::time::Instant::now();
+    let out = run(cmd);
+    let took = started.elapsed();
+    replica.signal(libc::SIGCONT);
+    let err = stderr_of(&out);
+    assert_unacknowledged(&out, 0, 1);
+    assert_eq!(
+        set.master.calls("wait") - waits_before,
+        1,
+        "WAITs sent\n{err}"
+    );
+    assert!(!err.contains("not acknowledged"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        took < std::time::Duration::from_millis(1300),
+        "{took:?}\n{err}"
+    );
+    assert_eq!(set.master.cli(&["EXISTS", "once"]), "0", "given back");
+}
