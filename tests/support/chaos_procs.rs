@@ -152,8 +152,15 @@ impl Redis {
         kill(self.pid(), libc::SIGCONT);
     }
 
-    /// Kills the server and starts a new, empty one on the same socket and port, with `extra`
-    /// arguments (this mirrors `Redis::launch`, minus TLS and passwords).
+    /// Kills the server (SIGKILL) and waits for it: down until [`Redis::respawn`].
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Kills the server and starts a new one on the same socket and port (empty unless it
+    /// persisted to its directory), with the arguments and environment it was started with
+    /// and then `extra` (this mirrors `Redis::launch`, minus TLS and passwords).
     pub fn respawn(&mut self, extra: &[&str]) {
         assert!(!self.tls && self.password.is_none(), "plain servers only");
         let _ = self.child.kill();
@@ -167,7 +174,9 @@ impl Redis {
             .args(["--unixsocketperm", "700", "--dir"])
             .arg(self.dir.path())
             .args(["--logfile", "redis.log", "--daemonize", "no"])
-            .args(extra);
+            .args(&self.extra)
+            .args(extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         self.child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

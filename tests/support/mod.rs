@@ -8,6 +8,7 @@
 #![allow(dead_code)] // Each test module uses a different subset.
 
 pub mod chaos;
+pub mod clockshim;
 pub mod cron;
 pub mod fake;
 pub mod ha;
@@ -91,6 +92,9 @@ pub struct Redis {
     pub port: Option<u16>,
     pub password: Option<String>,
     pub tls: bool,
+    /// Extra arguments and environment it was started with, kept for [`Redis::respawn`].
+    pub extra: Vec<String>,
+    pub env: Vec<(String, std::ffi::OsString)>,
 }
 
 impl Redis {
@@ -132,11 +136,30 @@ impl Redis {
         Redis::launch_with(&valkey_server_binary(), false, None, false)
     }
 
+    /// A server on a unix socket with `extra` arguments (`--appendonly yes`…) and `env` (a
+    /// [`clockshim::Clock`]'s), both kept when it is [respawned](Redis::respawn).
+    pub fn start_with(extra: &[&str], env: &[(String, std::ffi::OsString)]) -> Redis {
+        let mut redis = Redis::launch_full(&redis_server_binary(), false, None, false, extra, env);
+        redis.extra = extra.iter().map(|s| s.to_string()).collect();
+        redis
+    }
+
     fn launch(tcp: bool, password: Option<&str>, tls: bool) -> Redis {
         Redis::launch_with(&redis_server_binary(), tcp, password, tls)
     }
 
     fn launch_with(bin: &Path, tcp: bool, password: Option<&str>, tls: bool) -> Redis {
+        Redis::launch_full(bin, tcp, password, tls, &[], &[])
+    }
+
+    fn launch_full(
+        bin: &Path,
+        tcp: bool,
+        password: Option<&str>,
+        tls: bool,
+        extra: &[&str],
+        env: &[(String, std::ffi::OsString)],
+    ) -> Redis {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("redis.sock");
         let port = if tcp { Some(free_port()) } else { None };
@@ -161,7 +184,9 @@ impl Redis {
             .arg(&socket)
             .args(["--unixsocketperm", "700", "--dir"])
             .arg(dir.path())
-            .args(["--logfile", "redis.log", "--daemonize", "no"]);
+            .args(["--logfile", "redis.log", "--daemonize", "no"])
+            .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)));
         if let Some(p) = password {
             cmd.args(["--requirepass", p]);
         }
@@ -178,6 +203,8 @@ impl Redis {
             port,
             password: password.map(str::to_string),
             tls,
+            extra: Vec::new(),
+            env: env.to_vec(),
         };
         redis.wait_ready();
         redis

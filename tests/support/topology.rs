@@ -52,6 +52,17 @@ impl Node {
     /// only TLS, also to its replicas, Sentinels and cluster peers; it is then Redis whatever
     /// `LOCKRUN_TEST_SERVER` says (the Valkey build the suite fetches has no TLS).
     fn launch(config: &str, extra: &[&str], password: Option<&str>, tls: Option<&Path>) -> Node {
+        Node::launch_env(config, extra, password, tls, &[])
+    }
+
+    /// [`Node::launch`] with `env` in the server's environment (a `clockshim::Clock`'s).
+    fn launch_env(
+        config: &str,
+        extra: &[&str],
+        password: Option<&str>,
+        tls: Option<&Path>,
+        env: &[(String, std::ffi::OsString)],
+    ) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = if config.contains("cluster-enabled yes") {
             cluster_port()
@@ -94,6 +105,7 @@ impl Node {
         let child = Command::new(binary)
             .arg(&conf)
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -320,7 +332,25 @@ impl ReplicaSet {
         ReplicaSet::launch(replicas, Some(password), false)
     }
 
+    /// A plain set whose replicas run with `env` (a `clockshim::Clock`'s: replicas whose wall
+    /// clock is off).
+    pub fn start_with_replica_env(
+        replicas: usize,
+        env: &[(String, std::ffi::OsString)],
+    ) -> ReplicaSet {
+        ReplicaSet::launch_env(replicas, None, false, env)
+    }
+
     fn launch(replicas: usize, password: Option<&str>, tls: bool) -> ReplicaSet {
+        ReplicaSet::launch_env(replicas, password, tls, &[])
+    }
+
+    fn launch_env(
+        replicas: usize,
+        password: Option<&str>,
+        tls: bool,
+        env: &[(String, std::ffi::OsString)],
+    ) -> ReplicaSet {
         let certs = tls.then(certificates);
         let tls = certs.as_ref().map(|d| d.path());
         let auth = password
@@ -329,11 +359,12 @@ impl ReplicaSet {
         let master = Node::launch(&auth, &[], password, tls);
         let replicas: Vec<Node> = (0..replicas)
             .map(|_| {
-                Node::launch(
+                Node::launch_env(
                     &format!("{auth}replicaof 127.0.0.1 {}", master.port),
                     &[],
                     password,
                     tls,
+                    env,
                 )
             })
             .collect();
