@@ -8,6 +8,7 @@ mod faults;
 mod faults_net;
 mod foreign_keys;
 mod ha_redlock;
+mod ha_replicas;
 mod hardening;
 mod holder_id;
 mod metrics;

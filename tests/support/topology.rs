@@ -88,6 +88,14 @@ impl Node {
                 config.push_str("\ntls-cluster yes");
             }
         }
+        // A data node also listens on a unix socket, for the fault suite's checker (see
+        // `Node::socket`); a Sentinel has no data to check.
+        if !extra.contains(&"--sentinel") {
+            config.push_str(&format!(
+                "\nunixsocket {}\nunixsocketperm 700\n",
+                dir.path().join("node.sock").display()
+            ));
+        }
         let conf = dir.path().join("node.conf");
         std::fs::write(
             &conf,
@@ -138,6 +146,12 @@ impl Node {
 
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A data node's unix socket (for `Chaos::over`, whose checks must not depend on the
+    /// network faults a scenario injects).
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("node.sock")
     }
 
     pub fn pid(&self) -> u32 {
