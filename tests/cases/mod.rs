@@ -7,6 +7,7 @@ mod doctor;
 mod faults;
 mod faults_net;
 mod foreign_keys;
+mod ha_cluster;
 mod ha_redlock;
 mod ha_replicas;
 mod hardening;
