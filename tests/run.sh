@@ -9,6 +9,9 @@
 # The real-cron test (tests/cases/cron.rs, `cron_*`, root only): LOCKRUN_CRON_MINUTES=<n> minutes
 # observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
 # installs cron and libfaketime for it.
+# The availability scenarios under network partitions (tests/cases/ha_sentinel.rs, `ha_sentinel_*`,
+# root only; tests/ensure-netns.sh installs ip, iptables, nsenter): LOCKRUN_FAULTS_SCALE=<n> runs each
+# n times, LOCKRUN_HA_REPORT=<file> collects the availability table's rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
@@ -16,6 +19,7 @@ source tests/ensure-valkey.sh
 source tests/ensure-pytools.sh
 source tests/ensure-prometheus.sh
 source tests/ensure-cron.sh
+source tests/ensure-netns.sh
 # The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two, whole.
 # The second pass of `both` leaves out the tests whose subject is another program or a

@@ -236,11 +236,17 @@ impl Chaos {
     }
 
     fn start(&self, mut cmd: Command, expected: &[i32]) -> Lockrun {
-        let label = cmd
+        let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
-            .skip(2) // -r URL
-            .take_while(|a| a != "--")
+            .collect();
+        // Whatever runs lockrun (`nsenter … --` for a lockrun in a network namespace) and
+        // `-r URL` are not part of the label.
+        let from = args.iter().position(|a| a == "-r").map_or(0, |i| i + 2);
+        let label = args[from.min(args.len())..]
+            .iter()
+            .take_while(|a| *a != "--")
+            .cloned()
             .collect::<Vec<_>>()
             .join(" ");
         let mut live = self.live.lock().unwrap();

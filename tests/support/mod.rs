@@ -12,6 +12,7 @@ pub mod clockshim;
 pub mod cron;
 pub mod fake;
 pub mod ha;
+pub mod netns;
 pub mod proxy;
 pub mod topology;
 

@@ -1,0 +1,470 @@
+//! A private network of Linux network namespaces for the availability suites: real servers on
+//! real addresses that a test can partition from each other with iptables, while the test
+//! itself observes and controls every server through unix sockets that no partition touches.
+//!
+//! Each [`Net`] is one "switch" namespace holding a bridge, plus one namespace per host, each
+//! joined to the bridge by a veth pair (`eth0` inside the host, `h<i>` in the switch) and given
+//! `10.77.0.<i+1>/24`. Nothing is created in the test's own namespace (no interface, no
+//! iptables rule), so instances never see each other and concurrent tests reuse the subnet.
+//! Names are `lr<pid>-<n>-<host>`; namespaces left behind by a test process that is gone are
+//! deleted when the next [`Net`] starts. Dropping a [`Net`] kills every process it started and
+//! deletes its namespaces.
+//!
+//! - Hosts: [`Net::new`] with their names; [`Net::addr`] is a host's address.
+//! - Servers: [`Net::redis`] (a data node: `replicaof`, `appendonly`, `min-replicas-*`, cluster
+//!   mode: any config lines), [`Net::sentinel`]; both listen on the host's address and on a
+//!   unix socket ([`Server::socket`]) for the test. [`Server::signal`], [`Server::kill`],
+//!   [`Server::restart`] (same config file, so the same port, data dir and role as last written).
+//! - Clients: [`Net::command`] runs any program inside a host's namespace
+//!   (`nsenter --net=/run/netns/<ns> -- program`: nsenter execs, so the child's pid is the
+//!   program's). [`Net::home`] is the prefix that brings a process back into the test's own
+//!   namespace (for a lockrun job that reports to the recorder on the test's loopback).
+//! - Faults: [`Net::partition`] (groups that cannot reach each other; hosts in no group reach
+//!   everyone), [`Net::cut`] (one way), [`Net::heal`]. Rules are iptables DROPs inside the host
+//!   namespaces (INPUT from and OUTPUT to the cut-off addresses): a black hole, not a refusal.
+//!
+//! Root and `ip`, `iptables-restore`, `nsenter` are needed (tests/ensure-netns.sh installs
+//! them); without them a test fails saying so, it never skips.
+
+use super::{redis_server_binary, PATIENCE};
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// One host of the network.
+#[derive(Clone, Debug)]
+pub struct Host {
+    pub name: String,
+    /// The namespace's name (`ip netns` lists it).
+    pub ns: String,
+    pub addr: String,
+}
+
+/// Every process a [`Net`] started, by pid, so that Drop can kill them all.
+type Procs = Arc<Mutex<HashMap<u32, Child>>>;
+
+pub struct Net {
+    id: String,
+    switch: String,
+    hosts: Vec<Host>,
+    pub dir: tempfile::TempDir,
+    procs: Procs,
+    /// The DROP rules in force, per host namespace (applied whole by iptables-restore).
+    rules: Mutex<HashMap<String, Vec<String>>>,
+}
+
+/// Runs `program args` and fails the test with its output if it fails.
+fn sh(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{program} {args:?}: {e} (tests/ensure-netns.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What the harness needs, checked once: root, and the tools.
+fn check_environment() {
+    // SAFETY: geteuid(2) has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "the network-namespace tests (ha_*) need root: run the suite as root (CI does), or \
+         leave these tests out with `--skip ha_`"
+    );
+    for tool in ["ip", "iptables-restore", "nsenter"] {
+        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .chain(["/usr/sbin".into(), "/sbin".into()])
+            .any(|d| d.join(tool).is_file());
+        assert!(
+            found,
+            "{tool} not found: the network-namespace tests need iproute2, iptables and \
+             util-linux (`bash tests/ensure-netns.sh` installs them)"
+        );
+    }
+}
+
+/// Deletes namespaces named `lr<pid>-…` whose process is gone (a test killed before Drop).
+fn sweep_leftovers() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(pid) = name
+            .strip_prefix("lr")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = Command::new("ip").args(["netns", "del", name]).output();
+        }
+    }
+}
+
+impl Net {
+    /// A network with these hosts (at most 250), all up and reachable from each other.
+    pub fn new(hosts: &[&str]) -> Net {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        check_environment();
+        SWEPT.call_once(sweep_leftovers);
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let id = format!("lr{}-{n}", std::process::id());
+        let switch = format!("{id}-sw");
+        let mut net = Net {
+            id: id.clone(),
+            switch: switch.clone(),
+            hosts: Vec::new(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            procs: Procs::default(),
+            rules: Mutex::default(),
+        };
+        sh("ip", &["netns", "add", &switch]);
+        sh("ip", &["-n", &switch, "link", "set", "lo", "up"]);
+        sh(
+            "ip",
+            &["-n", &switch, "link", "add", "br0", "type", "bridge"],
+        );
+        sh("ip", &["-n", &switch, "link", "set", "br0", "up"]);
+        for (i, name) in hosts.iter().enumerate() {
+            assert!(i < 250, "at most 250 hosts");
+            let ns = format!("{id}-{name}");
+            // Pushed first: Drop deletes it even if a step below fails.
+            net.hosts.push(Host {
+                name: name.to_string(),
+                ns: ns.clone(),
+                addr: format!("10.77.0.{}", i + 1),
+            });
+            sh("ip", &["netns", "add", &ns]);
+            let port = format!("h{i}");
+            // Both ends are created inside the namespaces: nothing appears in the test's own.
+            sh(
+                "ip",
+                &[
+                    "-n", &switch, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                    "netns", &ns,
+                ],
+            );
+            sh(
+                "ip",
+                &["-n", &switch, "link", "set", &port, "master", "br0", "up"],
+            );
+            let cidr = format!("10.77.0.{}/24", i + 1);
+            sh("ip", &["-n", &ns, "addr", "add", &cidr, "dev", "eth0"]);
+            sh("ip", &["-n", &ns, "link", "set", "eth0", "up"]);
+            sh("ip", &["-n", &ns, "link", "set", "lo", "up"]);
+        }
+        net
+    }
+
+    pub fn host(&self, name: &str) -> &Host {
+        self.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .unwrap_or_else(|| panic!("no host {name} in this network"))
+    }
+
+    pub fn addr(&self, name: &str) -> String {
+        self.host(name).addr.clone()
+    }
+
+    /// `program` to be run inside `host`'s namespace (arguments to be added by the caller).
+    pub fn command(&self, host: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.host(host).ns))
+            .arg("--")
+            .arg(program);
+        cmd
+    }
+
+    /// The words that run a command back in the test's own network namespace (its loopback,
+    /// where the chaos recorder listens): `nsenter --net=/proc/<test pid>/ns/net --`, which
+    /// execs, so the command keeps its parent.
+    pub fn home() -> [String; 3] {
+        [
+            "nsenter".into(),
+            format!("--net=/proc/{}/ns/net", std::process::id()),
+            "--".into(),
+        ]
+    }
+
+    /// Hosts in different groups can no longer reach each other (both ways); a host in no
+    /// group still reaches everyone. Adds to the cuts already in force.
+    pub fn partition(&self, groups: &[&[&str]]) {
+        for (i, a) in groups.iter().enumerate() {
+            for b in &groups[i + 1..] {
+                self.cut(a, b);
+                self.cut(b, a);
+            }
+        }
+    }
+
+    /// One way: packets from `from` to `to` are dropped (replies the other way still pass,
+    /// but a TCP connection needs both, so in effect neither side connects).
+    pub fn cut(&self, from: &[&str], to: &[&str]) {
+        let mut rules = self.rules.lock().unwrap();
+        for f in from {
+            for t in to {
+                let (f, t) = (self.host(f), self.host(t));
+                rules
+                    .entry(f.ns.clone())
+                    .or_default()
+                    .push(format!("-A OUTPUT -d {} -j DROP", t.addr));
+                rules
+                    .entry(t.ns.clone())
+                    .or_default()
+                    .push(format!("-A INPUT -s {} -j DROP", f.addr));
+            }
+        }
+        self.apply(&rules);
+    }
+
+    /// Every cut is lifted.
+    pub fn heal(&self) {
+        let mut rules = self.rules.lock().unwrap();
+        for r in rules.values_mut() {
+            r.clear();
+        }
+        self.apply(&rules);
+        rules.clear();
+    }
+
+    /// Writes each namespace's filter table whole (iptables-restore: atomic per host).
+    fn apply(&self, rules: &HashMap<String, Vec<String>>) {
+        for (ns, lines) in rules {
+            let table = format!(
+                "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n{}\nCOMMIT\n",
+                lines.join("\n")
+            );
+            let mut child = Command::new("ip")
+                .args(["netns", "exec", ns, "iptables-restore", "-w"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("iptables-restore (tests/ensure-netns.sh installs iptables)");
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(table.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "iptables-restore in {ns}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// A `redis-server` (the suite's binary: Redis or Valkey) on `host`'s address, `port`, and
+    /// on a unix socket; `config`: more config lines (`replicaof 10.77.0.1 6379`,
+    /// `appendonly yes`, `min-replicas-to-write 1`, `cluster-enabled yes`…).
+    pub fn redis(&self, host: &str, port: u16, config: &str) -> Server {
+        self.server(host, port, config, false)
+    }
+
+    /// `redis-server --sentinel` on `host`'s address and a unix socket; `config`: its
+    /// `sentinel monitor …` lines and the like.
+    pub fn sentinel(&self, host: &str, port: u16, config: &str) -> Server {
+        self.server(host, port, config, true)
+    }
+
+    fn server(&self, host: &str, port: u16, config: &str, sentinel: bool) -> Server {
+        let h = self.host(host).clone();
+        let kind = if sentinel { "sentinel" } else { "redis" };
+        let dir = self.dir.path().join(format!("{host}-{kind}-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("s.sock");
+        let conf = dir.join("node.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind {addr}\nprotected-mode no\nunixsocket {sock}\nunixsocketperm 700\n\
+                 save \"\"\nappendonly no\ndir {dir}\nlogfile node.log\n{config}\n",
+                addr = h.addr,
+                sock = socket.display(),
+                dir = dir.display()
+            ),
+        )
+        .unwrap();
+        let server = Server {
+            host: h,
+            port,
+            socket,
+            dir,
+            conf,
+            sentinel,
+            procs: self.procs.clone(),
+            pid: Mutex::new(0),
+        };
+        server.launch();
+        server
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for (_, mut child) in self.procs.lock().unwrap().drain() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for h in &self.hosts {
+            let _ = Command::new("ip").args(["netns", "del", &h.ns]).output();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.switch])
+            .output();
+        let _ = &self.id;
+    }
+}
+
+/// A server process started by a [`Net`]; the [`Net`] kills it when dropped.
+pub struct Server {
+    pub host: Host,
+    pub port: u16,
+    /// For the test's own commands: reached through the file system, never the network.
+    pub socket: PathBuf,
+    pub dir: PathBuf,
+    conf: PathBuf,
+    sentinel: bool,
+    procs: Procs,
+    pid: Mutex<u32>,
+}
+
+impl Server {
+    fn launch(&self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.host.ns))
+            .arg("--")
+            .arg(redis_server_binary())
+            .arg(&self.conf);
+        if self.sentinel {
+            cmd.arg("--sentinel");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server in a namespace");
+        let pid = child.id();
+        self.procs.lock().unwrap().insert(pid, child);
+        *self.pid.lock().unwrap() = pid;
+        let deadline = Instant::now() + PATIENCE;
+        while self.try_cmd::<String>(&["PING"]).as_deref() != Some("PONG") {
+            assert!(
+                Instant::now() < deadline,
+                "{} on {} never answered PING; its log:\n{}",
+                self.kind(),
+                self.host.name,
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.sentinel {
+            "sentinel"
+        } else {
+            "redis-server"
+        }
+    }
+
+    /// `host:port` as other servers and lockrun reach it.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host.addr, self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        *self.pid.lock().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
+    }
+
+    /// A command over the unix socket (1 s bounds); None if it fails or the server is down.
+    pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
+        let client = redis::Client::open(format!("unix://{}", self.socket.display())).ok()?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let mut c = redis::cmd(args[0]);
+        c.arg(&args[1..]);
+        c.query(&mut conn).ok()
+    }
+
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        self.try_cmd(args).unwrap_or_else(|| {
+            panic!(
+                "{args:?} on {} {} failed; its log:\n{}",
+                self.kind(),
+                self.host.name,
+                self.log()
+            )
+        })
+    }
+
+    /// SIGSTOP, SIGCONT, SIGKILL…
+    pub fn signal(&self, sig: i32) {
+        let pid = self.pid();
+        if self.procs.lock().unwrap().contains_key(&pid) {
+            // SAFETY: kill(2) on our own unreaped child (the map keeps it unreaped).
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+    }
+
+    /// SIGKILL, and reaped.
+    pub fn kill(&self) {
+        let pid = self.pid();
+        if let Some(mut child) = self.procs.lock().unwrap().remove(&pid) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Killed if it runs, then started again from its config file (which Sentinel and
+    /// `REPLICAOF`/`CONFIG REWRITE` may have rewritten) and its data dir.
+    pub fn restart(&self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// Polls `cond` until it holds; fails with the log after PATIENCE.
+    pub fn wait_until(&self, what: &str, mut cond: impl FnMut(&Server) -> bool) {
+        let deadline = Instant::now() + PATIENCE;
+        while !cond(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{} on {} never {what}; its log:\n{}",
+                self.kind(),
+                self.host.name,
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `INFO replication` (empty if no answer).
+    pub fn replication(&self) -> String {
+        self.try_cmd(&["INFO", "replication"]).unwrap_or_default()
+    }
+}
