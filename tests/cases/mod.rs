@@ -10,6 +10,7 @@ mod foreign_keys;
 mod ha_cluster;
 mod ha_redlock;
 mod ha_replicas;
+mod ha_sentinel;
 mod hardening;
 mod holder_id;
 mod metrics;
