@@ -291,8 +291,8 @@ impl RedisLock {
     /// is another one. Acquire, renew and release alike: a waiting lockrun follows a failover
     /// with its next attempt, and a release deletes the key where it now lives (not on a
     /// replaced primary that still accepts writes, reporting "released" for a key the new
-    /// primary keeps). Without a majority a renewal goes where its connection is
-    /// ([`Route::NamedOrStay`]); anything else is unavailable, as a new connection would be.
+    /// primary keeps). Without a majority every lock script is unavailable, as a new
+    /// connection would be: a renewal too (see [`Route::Named`]).
     async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
         let ask = route != Route::AsConnected
             && self.conn.is_some()
@@ -305,15 +305,8 @@ impl RedisLock {
                     self.move_to(now).await?;
                 }
                 Ok(Ok(_)) => {}
-                Ok(Err(fail)) if route != Route::NamedOrStay => {
-                    return Err(self.failed_connect(fail))
-                }
-                Err(_) if route != Route::NamedOrStay => {
-                    return Err(self.timed_out("no answer from the sentinels"))
-                }
-                Ok(Err(_)) | Err(_) => {
-                    tracing::debug!("no majority of the sentinels answered; staying where we are");
-                }
+                Ok(Err(fail)) => return Err(self.failed_connect(fail)),
+                Err(_) => return Err(self.timed_out("no answer from the sentinels")),
             }
         }
         let conn = self.connection().await?;
@@ -857,11 +850,23 @@ enum Route {
     /// (one process, a few reads).
     AsConnected,
     /// The lock's scripts: the primary the sentinels' majority names for this one; without a
-    /// majority, unavailable (retried by the waiting loop, and by the release).
+    /// majority, unavailable (retried by the waiting loop, by the release, and by the
+    /// watchdog until the lease's deadline).
+    ///
+    /// Renewals too. A renewal that only the primary it is connected to confirms, while no
+    /// majority of the sentinels names that primary, proves nothing about the lease: that
+    /// primary may be the old one, cut off on the minority side of a partition with this
+    /// lockrun and one sentinel, while the majority has promoted a replica on which the key
+    /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
+    /// kept the job running for as long as the partition lasted (issue 26, item 3). So the
+    /// deadline moves only for a renewal confirmed by the primary a majority named just before
+    /// it was sent, and without a majority the renewal is not sent at all: it could not move
+    /// the deadline, its token check on that primary could only say what the primary the
+    /// majority follows may no longer hold, and a key it extended there would only outlive the
+    /// job the watchdog is about to stop (the release cannot reach it without a majority
+    /// either). The watchdog asks again until the deadline; the job is stopped before it ends
+    /// unless a majority answers by then.
     Named,
-    /// Renewals: as `Named`, but without a majority the renewal goes where the connection is
-    /// rather than failing a job over the sentinels alone (see README, Availability).
-    NamedOrStay,
 }
 
 /// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
@@ -1033,14 +1038,15 @@ impl LockService for RedisLock {
             RENEW
         };
         let (reply, acked) = self
-            // Behind Sentinel on the primary named now: the token check then runs there, and a
-            // key that a failover lost means the lock is lost.
+            // Behind Sentinel on the primary a majority names now, and only then (see
+            // `Route::Named`): the token check then runs there, and a key that a failover lost
+            // means the lock is lost.
             .eval_acked(
                 script,
                 &[&spec.key],
                 &[&lease.holder.value, &ttl],
                 true,
-                Route::NamedOrStay,
+                Route::Named,
             )
             .await?;
         match reply {
