@@ -492,7 +492,7 @@ fn ha_sentinel_takeover_on_cut_off_primary_max_lag_too_long() {
 fn ha_sentinel_takeover_on_cut_off_primary_max_lag_short_enough() {
     let mut runs = Runs::new(
         "Sentinel, 3 hosts",
-        "the same, max-lag 2 (+ 1 s < 2·TTL/3)",
+        "lock taken over on the cut-off primary before the failover, `min-replicas-to-write 1`, max-lag 2 (TTL 6 s)",
         Promise::NoOverlap,
     );
     for _ in 0..Runs::count(1) {
