@@ -15,12 +15,16 @@
 //!   mode: any config lines), [`Net::sentinel`]; both listen on the host's address and on a
 //!   unix socket ([`Server::socket`]) for the test. [`Server::signal`], [`Server::kill`],
 //!   [`Server::restart`] (same config file, so the same port, data dir and role as last written).
+//!   Independent masters (Redlock): one `net.redis(h, 6379, "")` per host, URLs
+//!   `redis://<addr>:6379`. A Cluster: `cluster-enabled yes` (and `cluster-node-timeout`) in
+//!   `config`, then [`Net::cli`] `--cluster create …` from one of the hosts.
 //! - Clients: [`Net::command`] runs any program inside a host's namespace
 //!   (`nsenter --net=/run/netns/<ns> -- program`: nsenter execs, so the child's pid is the
 //!   program's). [`Net::home`] is the prefix that brings a process back into the test's own
 //!   namespace (for a lockrun job that reports to the recorder on the test's loopback).
 //! - Faults: [`Net::partition`] (groups that cannot reach each other; hosts in no group reach
-//!   everyone), [`Net::cut`] (one way), [`Net::heal`]. Rules are iptables DROPs inside the host
+//!   everyone: `partition(&[&["client"], &["b", "c"]])` cuts a client off from `b` and `c`
+//!   only), [`Net::cut`] (one way), [`Net::heal`]. Rules are iptables DROPs inside the host
 //!   namespaces (INPUT from and OUTPUT to the cut-off addresses): a black hole, not a refusal.
 //!
 //! Root and `ip`, `iptables-restore`, `nsenter` are needed (tests/ensure-netns.sh installs
@@ -49,7 +53,6 @@ pub struct Host {
 type Procs = Arc<Mutex<HashMap<u32, Child>>>;
 
 pub struct Net {
-    id: String,
     switch: String,
     hosts: Vec<Host>,
     pub dir: tempfile::TempDir,
@@ -125,7 +128,6 @@ impl Net {
         let id = format!("lr{}-{n}", std::process::id());
         let switch = format!("{id}-sw");
         let mut net = Net {
-            id: id.clone(),
             switch: switch.clone(),
             hosts: Vec::new(),
             dir: tempfile::tempdir().expect("tempdir"),
@@ -188,6 +190,22 @@ impl Net {
             .arg("--")
             .arg(program);
         cmd
+    }
+
+    /// `redis-cli args…` run on `host` (through the network, as a client there would: e.g.
+    /// `redis-cli --cluster create 10.77.0.1:7000 … --cluster-yes` for a Cluster whose nodes
+    /// were started with [`Net::redis`] and `cluster-enabled yes`); its trimmed stdout, or
+    /// None if it failed. The test's own commands go through [`Server::try_cmd`] instead.
+    pub fn cli(&self, host: &str, args: &[&str]) -> Option<String> {
+        let out = self
+            .command(host, "redis-cli")
+            .args(args)
+            .env_remove("REDISCLI_AUTH")
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !text.starts_with("ERR")).then_some(text)
     }
 
     /// The words that run a command back in the test's own network namespace (its loopback,
@@ -329,7 +347,6 @@ impl Drop for Net {
         let _ = Command::new("ip")
             .args(["netns", "del", &self.switch])
             .output();
-        let _ = &self.id;
     }
 }
 
