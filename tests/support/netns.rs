@@ -195,10 +195,13 @@ impl Net {
     /// `redis-cli args…` run on `host` (through the network, as a client there would: e.g.
     /// `redis-cli --cluster create 10.77.0.1:7000 … --cluster-yes` for a Cluster whose nodes
     /// were started with [`Net::redis`] and `cluster-enabled yes`); its trimmed stdout, or
-    /// None if it failed. The test's own commands go through [`Server::try_cmd`] instead.
+    /// None if it failed. Bounded by 10 s: a connection into a cut waits out the kernel's SYN
+    /// retries (about two minutes) otherwise. The test's own commands go through
+    /// [`Server::try_cmd`] instead.
     pub fn cli(&self, host: &str, args: &[&str]) -> Option<String> {
         let out = self
-            .command(host, "redis-cli")
+            .command(host, "timeout")
+            .args(["10", "redis-cli"])
             .args(args)
             .env_remove("REDISCLI_AUTH")
             .stdin(Stdio::null())
