@@ -28,7 +28,7 @@ mod report;
 
 pub use procs::{Lockrun, Log};
 pub use recorder::{Job, Mode, OnTerm, Recorder, Section};
-pub use report::Report;
+pub use report::{append_row, Report};
 
 use super::{lockrun, Redis, PATIENCE};
 use report::{Outcome, Violation};

@@ -402,22 +402,7 @@ impl Report {
             self.line(),
             self.codes
         );
-        let Ok(path) = std::env::var("LOCKRUN_FAULTS_REPORT") else {
-            return;
-        };
-        // One writer at a time, so the header is written once and lines never interleave.
-        static FILE: Mutex<()> = Mutex::new(());
-        let _guard = FILE.lock().unwrap();
-        let fresh = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .unwrap_or_else(|e| panic!("LOCKRUN_FAULTS_REPORT={path}: {e}"));
-        if fresh {
-            let _ = writeln!(f, "{RESULTS_HEADER}");
-        }
-        let _ = writeln!(f, "{}", self.line());
+        append_row("LOCKRUN_FAULTS_REPORT", RESULTS_HEADER, &self.line());
     }
 
     /// A scenario-specific requirement: recorded as a violation if `ok` is false.
@@ -459,4 +444,25 @@ fn pttl(socket: &Path, key: &str) -> Option<i64> {
         .ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     redis::cmd("PTTL").arg(key).query(&mut conn).ok()
+}
+
+/// Appends `row` to the markdown table in the file named by the environment variable `var`
+/// (nothing if it is unset), writing `header` first into a new or empty file. One writer at a
+/// time, so the header is written once and rows never interleave.
+pub fn append_row(var: &str, header: &str, row: &str) {
+    let Ok(path) = std::env::var(var) else {
+        return;
+    };
+    static FILE: Mutex<()> = Mutex::new(());
+    let _guard = FILE.lock().unwrap();
+    let fresh = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{var}={path}: {e}"));
+    if fresh {
+        let _ = writeln!(f, "{header}");
+    }
+    let _ = writeln!(f, "{row}");
 }

@@ -6,9 +6,7 @@
 //! [`Report`] already checked fences, exit codes and leftover keys; [`Runs`] adds the promise
 //! about overlaps across the runs.
 
-use super::chaos::Report;
-use std::io::Write as _;
-use std::sync::Mutex;
+use super::chaos::{append_row, Report};
 use std::time::Duration;
 
 /// What the README promises about overlapping jobs in a scenario.
@@ -98,21 +96,7 @@ impl Runs {
     pub fn finish(self) {
         let row = self.row();
         eprintln!("{HEADER}\n{row}");
-        if let Ok(path) = std::env::var("LOCKRUN_HA_REPORT") {
-            // One writer at a time: the header once, rows never interleaved.
-            static FILE: Mutex<()> = Mutex::new(());
-            let _guard = FILE.lock().unwrap();
-            let fresh = std::fs::metadata(&path).map_or(true, |m| m.len() == 0);
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .unwrap_or_else(|e| panic!("LOCKRUN_HA_REPORT={path}: {e}"));
-            if fresh {
-                let _ = writeln!(f, "{HEADER}");
-            }
-            let _ = writeln!(f, "{row}");
-        }
+        append_row("LOCKRUN_HA_REPORT", HEADER, &row);
         for r in &self.reports {
             match self.promise {
                 Promise::NoOverlap => assert_eq!(
