@@ -22,7 +22,9 @@ grep -qxF "$begin" README.md && grep -qxF "$end" README.md ||
   echo "$begin"
   echo "Scale $scale ($minutes min on this machine, $(nproc) cores, $(date -u +%Y-%m-%d)):"
   echo
-  cat "$report"
+  # The header, then the rows grouped by topology (stable: each topology's rows in test order).
+  head -n 2 "$report"
+  tail -n +3 "$report" | LC_ALL=C sort -s -t '|' -k 2,2
   echo "$end"
 } > "$report.table"
 awk -v begin="$begin" -v end="$end" -v table="$report.table" '
