@@ -9,6 +9,7 @@ mod faults_net;
 mod foreign_keys;
 mod ha_cluster;
 mod ha_redlock;
+mod ha_redlock_cut;
 mod ha_replicas;
 mod ha_sentinel;
 mod hardening;
