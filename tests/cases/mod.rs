@@ -8,6 +8,7 @@ mod faults;
 mod faults_net;
 mod foreign_keys;
 mod ha_cluster;
+mod ha_cluster_cut;
 mod ha_redlock;
 mod ha_redlock_cut;
 mod ha_replicas;
