@@ -189,6 +189,19 @@ impl Redlock {
         }
     }
 
+    /// A conflict that a minority reported, the majority failing (a lockrun cut off from most
+    /// masters): each failing node is named once, without claiming a majority that nobody saw.
+    fn warn_once_no_majority(&mut self, failed: &[(usize, LockError)]) {
+        for (i, e) in failed {
+            if !std::mem::replace(&mut self.warned[*i], true) {
+                tracing::warn!(
+                    error = %e,
+                    "a Redis master failed; no majority answered, and those that did say the lock is held"
+                );
+            }
+        }
+    }
+
     /// Token-checked give-back of `holder`'s value on every node that may have it: all but
     /// those that answered "held by someone else" (`held`, by node), which set nothing of ours.
     /// All at once, each bounded by the node timeout: one node timeout more when a node did not
@@ -305,7 +318,11 @@ impl LockService for Redlock {
         // difference: a refusal is a configuration mistake, and hiding it behind "held
         // elsewhere" (silent with -q -E 0) would leave that master broken unnoticed.
         if let Some((holder, pttl)) = held.filter(|_| !refused || others >= self.quorum()) {
-            self.warn_once(&t.failed);
+            if self.nodes.len() - t.failed.len() >= self.quorum() {
+                self.warn_once(&t.failed);
+            } else {
+                self.warn_once_no_majority(&t.failed);
+            }
             self.outage = false;
             return Ok(Acquire::Held {
                 holder,
