@@ -267,7 +267,9 @@ fn cut_run(name: &str, c: &Cut) -> Report {
         // The key's PTTL on its primary jumps back up when a renewal lands.
         let pttl = || primary.try_cmd::<i64>(&["PTTL", &key]).unwrap_or(-1);
         let mut last = pttl();
+        let deadline = Instant::now() + PATIENCE;
         loop {
+            assert!(Instant::now() < deadline, "{name}: no renewal seen");
             let now = pttl();
             if now > last + 100 {
                 break;
