@@ -112,6 +112,16 @@ fn sweep_leftovers() {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
+            // Its servers outlive it (a killed test runs no Drop), and deleting the namespace
+            // would not end them: it lives on while a process is inside. Kill them first.
+            if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).output() {
+                for p in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+                    if let Ok(p) = p.parse::<i32>() {
+                        // SAFETY: kill(2) of a process inside a namespace of a dead test run.
+                        unsafe { libc::kill(p, libc::SIGKILL) };
+                    }
+                }
+            }
             let _ = Command::new("ip").args(["netns", "del", name]).output();
         }
     }
