@@ -9,9 +9,10 @@
 # The real-cron test (tests/cases/cron.rs, `cron_*`, root only): LOCKRUN_CRON_MINUTES=<n> minutes
 # observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
 # installs cron and libfaketime for it.
-# The availability scenarios under network partitions (tests/cases/ha_sentinel.rs, `ha_sentinel_*`,
-# root only; tests/ensure-netns.sh installs ip, iptables, nsenter): LOCKRUN_FAULTS_SCALE=<n> runs each
-# n times, LOCKRUN_HA_REPORT=<file> collects the availability table's rows.
+# The availability suite (tests/cases/ha_*.rs: Sentinel, Cluster and Redlock under partitions,
+# restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
+# LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the
+# availability table's rows; bash tests/ha-table.sh regenerates the README's table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
