@@ -7,8 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=${LOCKRUN_FAULTS_SCALE:-10}
-report=$(mktemp)
-trap 'rm -f "$report" "$report.readme" "$report.table"' EXIT
+# The rows land in target/ and stay there: a long run's results survive whatever fails after it.
+mkdir -p target
+report=target/ha-table.md
+rm -f "$report"
+trap 'rm -f "$report.readme" "$report.table"' EXIT
 start=$(date +%s)
 LOCKRUN_TEST_SERVER=redis LOCKRUN_FAULTS_SCALE=$scale LOCKRUN_HA_REPORT=$report \
   bash tests/run.sh --test lockrun cases::ha_ -- --test-threads 1
