@@ -114,8 +114,15 @@ impl Cluster {
                 let known = s.try_cmd::<String>(&["CLUSTER", "NODES"]).is_some_and(|t| {
                     t.lines().count() == 6 && !t.contains("fail") && !t.contains("handshake")
                 });
+                // A primary counts its replica only once the link is up on both sides, and
+                // --acks (WAIT 1) needs exactly that from the first acquire.
                 let r = s.replication();
-                ok && known && (r.contains("role:master") || r.contains("master_link_status:up"))
+                let linked = if r.contains("role:master") {
+                    r.contains("connected_slaves:1")
+                } else {
+                    r.contains("master_link_status:up")
+                };
+                ok && known && linked
             });
         }
     }
