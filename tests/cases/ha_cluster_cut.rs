@@ -12,12 +12,12 @@
 //! `LOCKRUN_FAULTS_SCALE=N` runs each scenario N times; `LOCKRUN_HA_REPORT=<file>` collects the
 //! rows.
 
-use crate::support::chaos::{Chaos, Job, Lockrun, Mode, Report};
+use crate::support::chaos::{Chaos, Job, Mode, Report, Rng};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
-use crate::support::{lockrun_bin, without_lockrun_env, PATIENCE};
+use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -148,69 +148,12 @@ impl Cluster {
     /// `lockrun -r <cluster> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
     fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
-        let mut cmd = self.net.command(host, lockrun_bin());
-        without_lockrun_env(&mut cmd);
-        cmd.stdin(Stdio::null())
-            .arg("-r")
-            .arg(self.url())
-            .args(args)
-            .arg("--")
-            .args(Net::home())
-            .args(ch.job(job));
-        cmd
+        self.net.lockrun(ch, host, &[self.url()], args, job)
     }
 }
 
 fn is_master(s: &Server) -> bool {
     s.replication().contains("role:master")
-}
-
-/// Waits for the job of `lr` to begin its critical section.
-fn wait_begin(ch: &Chaos, lr: &Lockrun) {
-    let pid = lr.pid as i32;
-    let begun = ch
-        .recorder
-        .wait_until(PATIENCE, |s| s.iter().any(|s| s.lockrun == pid));
-    assert!(
-        begun,
-        "scenario={}: the job of lockrun {pid} never began; stderr:\n{}",
-        ch.name,
-        lr.log.text()
-    );
-}
-
-/// [`Chaos::finish`], printing the exit code and, unless 0, what lockrun said (the log is read
-/// once the process is a zombie, before the checker reaps it).
-fn finish_noting(ch: &Chaos, lr: Lockrun, who: &str) -> i32 {
-    let deadline = Instant::now() + PATIENCE;
-    let stat = format!("/proc/{}/stat", lr.pid);
-    while Instant::now() < deadline {
-        let state = std::fs::read_to_string(&stat).unwrap_or_default();
-        let zombie = state
-            .rfind(')')
-            .is_some_and(|i| state[i + 1..].trim_start().starts_with('Z'));
-        if zombie || state.is_empty() {
-            break;
-        }
-        thread::sleep(ms(20));
-    }
-    thread::sleep(ms(100));
-    let text = lr.log.text();
-    let code = ch.finish(lr);
-    eprintln!("{}: {who} exited {code}", ch.name);
-    if code != 0 {
-        for line in text
-            .lines()
-            .rev()
-            .take(8)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            eprintln!("  {who}: {line}");
-        }
-    }
-    code
 }
 
 /// Where the holder's host sits in the partition.
@@ -240,6 +183,24 @@ struct Cut {
     hold: u64,
 }
 
+impl Cut {
+    /// The common shape: TTL 6 s, the default grace, the default node timeout, the cut at any
+    /// moment and healed at the promotion, a 12 s job that may end either way.
+    fn with(holder: Holder, acks: bool) -> Cut {
+        Cut {
+            holder,
+            acks,
+            ttl: TTL,
+            kill_after: None,
+            holder_codes: &[0, 76],
+            node_timeout: NODE_TIMEOUT,
+            after_renewal: false,
+            keep_cut: 0,
+            hold: 12_000,
+        }
+    }
+}
+
 /// The key's primary is cut off from every other node and from `w` until its replica is
 /// promoted, then healed; a holder on `h`, a waiter on `w`.
 fn cut_run(name: &str, c: &Cut) -> Report {
@@ -259,7 +220,7 @@ fn cut_run(name: &str, c: &Cut) -> Report {
         cluster.lockrun(&ch, "h", &holder_args, &hold),
         c.holder_codes,
     );
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     let waiter = ch.spawn(
         // Longer than any overlap when the cut outlasts the promotion.
         cluster.lockrun(
@@ -318,8 +279,8 @@ fn cut_run(name: &str, c: &Cut) -> Report {
     ch.fault(&format!(
         "old primary a replica again {took} ms after the cut"
     ));
-    finish_noting(&ch, holder, "holder");
-    finish_noting(&ch, waiter, "waiter");
+    ch.finish_noting(holder, "holder");
+    ch.finish_noting(waiter, "waiter");
     ch.report_on(&cluster.sockets())
 }
 
@@ -339,17 +300,7 @@ fn ha_cluster_cut_primary_holder_everywhere() {
         "ha_cluster_cut_primary_holder_everywhere",
         "key's primary cut off until failover, holder reaches all (TTL 6 s)",
         Promise::AtMost(lost_write_bound(TTL, KILL_AFTER, NODE_TIMEOUT)),
-        &Cut {
-            holder: Holder::Everywhere,
-            acks: false,
-            ttl: TTL,
-            kill_after: None,
-            holder_codes: &[0, 76],
-            node_timeout: NODE_TIMEOUT,
-            after_renewal: false,
-            keep_cut: 0,
-            hold: 12_000,
-        },
+        &Cut::with(Holder::Everywhere, false),
     );
 }
 
@@ -359,17 +310,7 @@ fn ha_cluster_cut_primary_holder_with_primary() {
         "ha_cluster_cut_primary_holder_with_primary",
         "key's primary cut off until failover, holder on its side (TTL 6 s)",
         Promise::AtMost(lost_write_bound(TTL, KILL_AFTER, NODE_TIMEOUT)),
-        &Cut {
-            holder: Holder::WithPrimary,
-            acks: false,
-            ttl: TTL,
-            kill_after: None,
-            holder_codes: &[0, 76],
-            node_timeout: NODE_TIMEOUT,
-            after_renewal: false,
-            keep_cut: 0,
-            hold: 12_000,
-        },
+        &Cut::with(Holder::WithPrimary, false),
     );
 }
 
@@ -379,17 +320,7 @@ fn ha_cluster_cut_primary_holder_everywhere_acks() {
         "ha_cluster_cut_primary_holder_everywhere_acks",
         "key's primary cut off until failover, holder reaches all, `--acks 1` (TTL 6 s)",
         Promise::NoOverlap,
-        &Cut {
-            holder: Holder::Everywhere,
-            acks: true,
-            ttl: TTL,
-            kill_after: None,
-            holder_codes: &[0, 76],
-            node_timeout: NODE_TIMEOUT,
-            after_renewal: false,
-            keep_cut: 0,
-            hold: 12_000,
-        },
+        &Cut::with(Holder::Everywhere, true),
     );
 }
 
@@ -399,17 +330,7 @@ fn ha_cluster_cut_primary_holder_with_primary_acks() {
         "ha_cluster_cut_primary_holder_with_primary_acks",
         "key's primary cut off until failover, holder on its side, `--acks 1` (TTL 6 s)",
         Promise::NoOverlap,
-        &Cut {
-            holder: Holder::WithPrimary,
-            acks: true,
-            ttl: TTL,
-            kill_after: None,
-            holder_codes: &[0, 76],
-            node_timeout: NODE_TIMEOUT,
-            after_renewal: false,
-            keep_cut: 0,
-            hold: 12_000,
-        },
+        &Cut::with(Holder::WithPrimary, true),
     );
 }
 
@@ -424,15 +345,10 @@ fn ha_cluster_cut_primary_holder_everywhere_acks_outlasts_rejoin() {
         "key's primary cut off until failover, holder reaches all, `--acks 1`, lease outlasts the old primary's rejoin (TTL 9 s, `--kill-after 500ms`)",
         Promise::NoOverlap,
         &Cut {
-            holder: Holder::Everywhere,
-            acks: true,
             ttl: 9000,
             kill_after: Some("500ms"),
             holder_codes: &[0],
-            node_timeout: NODE_TIMEOUT,
-            after_renewal: false,
-            keep_cut: 0,
-            hold: 12_000,
+            ..Cut::with(Holder::Everywhere, true)
         },
     );
 }
@@ -447,31 +363,14 @@ fn accepts_writes_for(node_timeout: u64) -> u64 {
         .unwrap();
     let primary = &cluster.nodes[0];
     // Any moment of the nodes' pings.
-    thread::sleep(ms(
-        crate::support::chaos::Rng::new(seed()).range(0, node_timeout)
-    ));
+    thread::sleep(ms(Rng::from_clock().range(0, node_timeout)));
     let others: Vec<&str> = PRIMARIES[1..]
         .iter()
         .chain(REPLICAS.iter())
         .copied()
         .collect();
     cluster.net.partition(&[&["a1"], &others]);
-    let cut = Instant::now();
-    loop {
-        let ok: Option<String> = primary.try_cmd(&["SET", &key, "x"]);
-        if ok.is_none() {
-            return cut.elapsed().as_millis() as u64;
-        }
-        assert!(cut.elapsed() < PATIENCE, "writes still accepted");
-        thread::sleep(ms(20));
-    }
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
+    primary.accepts_writes_since(&key, Instant::now())
 }
 
 /// A primary cut off from the rest of the cluster refuses writes (`CLUSTERDOWN`) once it has
@@ -506,15 +405,13 @@ fn ha_cluster_cut_primary_holder_with_primary_long_node_timeout() {
         "key's primary cut off with the holder until a TTL past failover, `cluster-node-timeout` 3 s (TTL 6 s, `--kill-after 100ms`)",
         Promise::AtMost(lost_write_bound(6000, 100, 3000)),
         &Cut {
-            holder: Holder::WithPrimary,
-            acks: false,
             ttl: 6000,
             kill_after: Some("100ms"),
-            holder_codes: &[0, 76],
             node_timeout: 3000,
             after_renewal: true,
             keep_cut: 6000,
             hold: 24_000,
+            ..Cut::with(Holder::WithPrimary, false)
         },
     );
 }

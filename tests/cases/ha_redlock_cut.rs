@@ -11,12 +11,12 @@
 //! `LOCKRUN_FAULTS_SCALE=N` runs each scenario N times; `LOCKRUN_HA_REPORT=<file>` collects the
 //! rows.
 
-use crate::support::chaos::{Chaos, Job, Lockrun, Mode, Report};
+use crate::support::chaos::{Chaos, Job, Mode, Report};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
-use crate::support::{lockrun_bin, without_lockrun_env, PATIENCE};
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -66,62 +66,13 @@ impl Masters {
     /// `lockrun -r redis://m1 -r redis://m2 … <args> -- <job>` on `host`, the job run back in
     /// the test's namespace so that it reaches the recorder.
     fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
-        let mut cmd = self.net.command(host, lockrun_bin());
-        without_lockrun_env(&mut cmd);
-        cmd.stdin(Stdio::null());
-        for n in &self.nodes {
-            cmd.arg("-r").arg(format!("redis://{}", n.addr()));
-        }
-        cmd.args(args).arg("--").args(Net::home()).args(ch.job(job));
-        cmd
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://{}", n.addr()))
+            .collect();
+        self.net.lockrun(ch, host, &urls, args, job)
     }
-}
-
-/// Waits for the job of `lr` to begin its critical section.
-fn wait_begin(ch: &Chaos, lr: &Lockrun) {
-    let pid = lr.pid as i32;
-    let begun = ch
-        .recorder
-        .wait_until(PATIENCE, |s| s.iter().any(|s| s.lockrun == pid));
-    assert!(
-        begun,
-        "scenario={}: the job of lockrun {pid} never began; stderr:\n{}",
-        ch.name,
-        lr.log.text()
-    );
-}
-
-/// [`Chaos::finish`], printing the exit code and, unless 0, the end of what lockrun said (read
-/// once the process is a zombie, before the checker reaps it).
-fn finish_noting(ch: &Chaos, lr: Lockrun, who: &str) -> i32 {
-    finish_saying(ch, lr, who).0
-}
-
-/// [`finish_noting`], with what lockrun said.
-fn finish_saying(ch: &Chaos, lr: Lockrun, who: &str) -> (i32, String) {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let stat = format!("/proc/{}/stat", lr.pid);
-    while std::time::Instant::now() < deadline {
-        let state = std::fs::read_to_string(&stat).unwrap_or_default();
-        let zombie = state
-            .rfind(')')
-            .is_some_and(|i| state[i + 1..].trim_start().starts_with('Z'));
-        if zombie || state.is_empty() {
-            break;
-        }
-        thread::sleep(ms(20));
-    }
-    thread::sleep(ms(100));
-    let text = lr.log.text();
-    let code = ch.finish(lr);
-    eprintln!("{}: {who} exited {code}", ch.name);
-    if code != 0 {
-        let tail: Vec<&str> = text.lines().rev().take(6).collect();
-        for line in tail.into_iter().rev() {
-            eprintln!("  {who}: {line}");
-        }
-    }
-    (code, text)
 }
 
 /// A rival that reached only a minority must not log that the lock holds on the majority
@@ -153,7 +104,7 @@ fn holder_cut_run(name: &str, n: usize, cut: usize) -> Report {
         masters.lockrun(&ch, "h", &["-t", &ttl, &key], &hold),
         if keeps { &[0] } else { &[76] },
     );
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     let waiter = ch.spawn(
         masters.lockrun(
             &ch,
@@ -175,9 +126,9 @@ fn holder_cut_run(name: &str, n: usize, cut: usize) -> Report {
         masters.net.heal();
         ch.fault("healed");
     }
-    finish_noting(&ch, holder, "holder");
+    ch.finish_noting(holder, "holder");
     masters.net.heal();
-    finish_noting(&ch, waiter, "waiter");
+    ch.finish_noting(waiter, "waiter");
     ch.report_on(&masters.sockets())
 }
 
@@ -231,22 +182,22 @@ fn rival_cut_run(name: &str, n: usize) -> Report {
         masters.lockrun(&ch, "h", &["-t", &ttl, &key], &Job::hold(2 * TTL)),
         &[0],
     );
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     let job = Job::hold(500);
     for _ in 0..2 {
         let rival = ch.spawn(masters.lockrun(&ch, "r", &["-t", &ttl, &key], &job), &[75]);
-        let (_, said) = finish_saying(&ch, rival, "rival");
+        let (_, said) = ch.finish_noting(rival, "rival");
         check_rival_said(&ch, "rival", &said);
     }
     let rival = ch.spawn(
         masters.lockrun(&ch, "r", &["--wait", "2s", "-t", &ttl, &key], &job),
         &[75],
     );
-    let (_, said) = finish_saying(&ch, rival, "rival --wait 2s");
+    let (_, said) = ch.finish_noting(rival, "rival --wait 2s");
     check_rival_said(&ch, "rival --wait 2s", &said);
-    finish_noting(&ch, holder, "holder");
+    ch.finish_noting(holder, "holder");
     let rival = ch.spawn(masters.lockrun(&ch, "r", &["-t", &ttl, &key], &job), &[69]);
-    finish_noting(&ch, rival, "rival, the lock free");
+    ch.finish_noting(rival, "rival, the lock free");
     masters.net.heal();
     ch.report_on(&masters.sockets())
 }

@@ -9,12 +9,12 @@
 //! `LOCKRUN_FAULTS_SCALE=N` runs each scenario N times; `LOCKRUN_HA_REPORT=<file>` collects the
 //! rows.
 
-use crate::support::chaos::{Chaos, Job, Lockrun, Mode, OnTerm, Report};
+use crate::support::chaos::{Chaos, Job, Mode, OnTerm, Report, Rng};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
-use crate::support::{lockrun_bin, without_lockrun_env, PATIENCE};
+use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -125,31 +125,8 @@ impl Set {
     /// `lockrun -r <sentinels> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
     fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
-        let mut cmd = self.net.command(host, lockrun_bin());
-        without_lockrun_env(&mut cmd);
-        cmd.stdin(Stdio::null())
-            .arg("-r")
-            .arg(self.url())
-            .args(args)
-            .arg("--")
-            .args(Net::home())
-            .args(ch.job(job));
-        cmd
+        self.net.lockrun(ch, host, &[self.url()], args, job)
     }
-}
-
-/// Waits for the job of `lr` to begin its critical section.
-fn wait_begin(ch: &Chaos, lr: &Lockrun) {
-    let pid = lr.pid as i32;
-    let begun = ch
-        .recorder
-        .wait_until(PATIENCE, |s| s.iter().any(|s| s.lockrun == pid));
-    assert!(
-        begun,
-        "scenario={}: the job of lockrun {pid} never began; stderr:\n{}",
-        ch.name,
-        lr.log.text()
-    );
 }
 
 /// Sleeps `d`, noting (in the fault log and on stderr) when a majority of the sentinels
@@ -219,7 +196,7 @@ fn partition_run(name: &str, p: &Partition) -> Report {
     // The holder's job spans the partition, and a while after it.
     let hold = Job::hold(p.cut + 3000).writing_every(100);
     let holder = ch.spawn(set.lockrun(&ch, "h", &holder_args, &hold), &[0, 76]);
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     // Long enough for any overlap to show whole (it cannot outlast the partition by more
     // than a few seconds).
     let waiter = ch.spawn(
@@ -374,7 +351,7 @@ fn killed_run(name: &str, acks: bool) -> Report {
         set.lockrun(&ch, "h", &holder_args, &job),
         if acks { &[0, 76] } else { &[76] },
     );
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     set.data[0].kill();
     ch.fault("primary SIGKILLed");
     let waiter = ch.spawn(set.lockrun(&ch, "w", &waiter_args, &Job::hold(4000)), &[0]);
@@ -437,7 +414,7 @@ fn takeover_run(name: &str, lag: u64, taken_over: bool) -> Report {
         set.lockrun(&ch, "h", &["-t", &ttl, &key], &Job::hold(30_000)),
         &[76],
     );
-    wait_begin(&ch, &holder);
+    ch.wait_begin(&holder);
     let waiter = ch.spawn(
         set.lockrun(
             &ch,
@@ -528,24 +505,9 @@ fn accepts_writes_for(lag: u64) -> u64 {
         s.replication().contains("state=online")
     });
     // Any moment of the replica's once-a-second acknowledgements.
-    thread::sleep(ms(crate::support::chaos::Rng::new(seed()).range(0, 1000)));
+    thread::sleep(ms(Rng::from_clock().range(0, 1000)));
     net.partition(&[&["a"], &["b"]]);
-    let cut = Instant::now();
-    loop {
-        let ok: Option<String> = primary.try_cmd(&["SET", "probe", "x"]);
-        if ok.is_none() {
-            return cut.elapsed().as_millis() as u64;
-        }
-        assert!(cut.elapsed() < PATIENCE, "writes still accepted");
-        thread::sleep(ms(20));
-    }
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
+    primary.accepts_writes_since("probe", Instant::now())
 }
 
 /// The premise of the README's advice on `min-replicas-max-lag`: a primary cut off from its

@@ -51,6 +51,14 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Seeded from the clock: for choices that need no replay (a moment to cut at).
+    pub fn from_clock() -> Rng {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        Rng(now.as_nanos() as u64)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -324,7 +332,12 @@ impl Chaos {
     /// Waits for the lockrun to exit (bounded by PATIENCE, then SIGKILLed and failed), drains
     /// whatever it still has to say, and checks its exit code. Returns the code (128+N for a
     /// signal).
-    pub fn finish(&self, mut lr: Lockrun) -> i32 {
+    pub fn finish(&self, lr: Lockrun) -> i32 {
+        self.finish_with_log(lr).0
+    }
+
+    /// [`Chaos::finish`], also returning what the lockrun wrote to stderr.
+    pub fn finish_with_log(&self, mut lr: Lockrun) -> (i32, String) {
         lr.drain_stderr();
         let deadline = Instant::now() + PATIENCE;
         let status = loop {
@@ -366,9 +379,38 @@ impl Chaos {
             label: lr.label,
             code,
             allowed,
-            stderr,
+            stderr: stderr.clone(),
         });
-        code
+        (code, stderr)
+    }
+
+    /// [`Chaos::finish_with_log`], printing the exit code and, unless 0, the end of what the
+    /// lockrun (`who`) said: for scenarios whose rows a reader compares with the log.
+    pub fn finish_noting(&self, lr: Lockrun, who: &str) -> (i32, String) {
+        let (code, text) = self.finish_with_log(lr);
+        eprintln!("{}: {who} exited {code}", self.name);
+        if code != 0 {
+            let tail: Vec<&str> = text.lines().rev().take(8).collect();
+            for line in tail.into_iter().rev() {
+                eprintln!("  {who}: {line}");
+            }
+        }
+        (code, text)
+    }
+
+    /// Waits for the job of `lr` to begin its critical section; fails the test with the
+    /// lockrun's log if it never does.
+    pub fn wait_begin(&self, lr: &Lockrun) {
+        let pid = lr.pid as i32;
+        let begun = self
+            .recorder
+            .wait_until(PATIENCE, |s| s.iter().any(|s| s.lockrun == pid));
+        assert!(
+            begun,
+            "scenario={}: the job of lockrun {pid} never began; stderr:\n{}",
+            self.name,
+            lr.log.text()
+        );
     }
 
     /// `n` contenders, each looping until `until`: `round` says the lockrun arguments and the

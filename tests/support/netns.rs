@@ -30,7 +30,8 @@
 //! Root and `ip`, `iptables-restore`, `nsenter` are needed (tests/ensure-netns.sh installs
 //! them); without them a test fails saying so, it never skips.
 
-use super::{redis_server_binary, PATIENCE};
+use super::chaos::{Chaos, Job};
+use super::{lockrun_bin, redis_server_binary, without_lockrun_env, PATIENCE};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -219,6 +220,27 @@ impl Net {
             .ok()?;
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         (out.status.success() && !text.starts_with("ERR")).then_some(text)
+    }
+
+    /// `lockrun -r <url>… <args> -- <job>` on `host` (one `-r` per URL), without the caller's
+    /// LOCKRUN_* environment, the job run back in the test's namespace so that it reaches the
+    /// scenario's recorder.
+    pub fn lockrun(
+        &self,
+        ch: &Chaos,
+        host: &str,
+        urls: &[String],
+        args: &[&str],
+        job: &Job,
+    ) -> Command {
+        let mut cmd = self.command(host, lockrun_bin());
+        without_lockrun_env(&mut cmd);
+        cmd.stdin(Stdio::null());
+        for url in urls {
+            cmd.arg("-r").arg(url);
+        }
+        cmd.args(args).arg("--").args(Net::home()).args(ch.job(job));
+        cmd
     }
 
     /// The words that run a command back in the test's own network namespace (its loopback,
@@ -494,6 +516,19 @@ impl Server {
     }
 
     /// `INFO replication` (empty if no answer).
+    /// Writes `key` through the unix socket every 20 ms until the server refuses (a cut-off
+    /// primary's NOREPLICAS or CLUSTERDOWN); returns the ms from `since` to the refusal.
+    pub fn accepts_writes_since(&self, key: &str, since: Instant) -> u64 {
+        loop {
+            let ok: Option<String> = self.try_cmd(&["SET", key, "x"]);
+            if ok.is_none() {
+                return since.elapsed().as_millis() as u64;
+            }
+            assert!(since.elapsed() < PATIENCE, "writes still accepted");
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn replication(&self) -> String {
         self.try_cmd(&["INFO", "replication"]).unwrap_or_default()
     }
