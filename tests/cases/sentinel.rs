@@ -560,20 +560,7 @@ fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_prima
         out.contains(&format!("pid={waiter_pid} ")),
         "the waiter held the key on the new primary {new_port}: {out}"
     );
-    let holder_fence: u64 = std::fs::read_to_string(d.join("holder-fence"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let waiter_fence: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("fence="))
-        .and_then(|f| f.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no fence in {out:?}"));
-    assert!(
-        waiter_fence > holder_fence,
-        "{waiter_fence} > {holder_fence}"
-    );
+    assert_waiter_fence_above_holders(d, &out);
 
     // No key left anywhere: released on the new primary, and the old one, once the Sentinels
     // have made it a replica of the new one, holds a copy of that.
@@ -662,20 +649,7 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
         "the waiter got the lock after the holder: {werr}"
     );
     assert!(!out.contains("overlap"), "{out}\n{werr}");
-    let holder_fence: u64 = std::fs::read_to_string(d.join("holder-fence"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let waiter_fence: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("fence="))
-        .and_then(|f| f.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no fence in {out:?}"));
-    assert!(
-        waiter_fence > holder_fence,
-        "{waiter_fence} > {holder_fence}"
-    );
+    let waiter_fence = assert_waiter_fence_above_holders(d, &out);
     // The waiter's fence came from the new primary's counter.
     assert_eq!(
         new.cli(&["GET", "lockrun:fence:{w-key}"]),
@@ -800,4 +774,23 @@ fn sentinel_a_run_keeps_one_connection_per_sentinel_however_often_it_asks() {
         opened.iter().all(|n| *n <= 1),
         "connections lockrun opened to each sentinel: {opened:?}"
     );
+}
+
+/// The waiter's `fence=` line in `out` exceeds the fence the holder wrote to `holder-fence`.
+fn assert_waiter_fence_above_holders(d: &std::path::Path, out: &str) -> u64 {
+    let holder_fence: u64 = std::fs::read_to_string(d.join("holder-fence"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let waiter_fence: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fence="))
+        .and_then(|f| f.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {out:?}"));
+    assert!(
+        waiter_fence > holder_fence,
+        "{waiter_fence} > {holder_fence}"
+    );
+    waiter_fence
 }
