@@ -368,11 +368,7 @@ enum Failed {
 
 fn unavailable(e: &LockError) -> ExitCode {
     error!("{e}");
-    match e {
-        LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
-        LockError::Misuse(_) => ExitCode::Usage,
-        LockError::Local(_) => ExitCode::OsError,
-    }
+    e.exit_code()
 }
 
 /// How often a waiter renews its place in the queue (tickets last `TICKET`, 3 s). Doubles as
@@ -406,7 +402,7 @@ async fn acquire<L: LockService>(
                 // A refusal (no SUBSCRIBE, no &lockrun:wake:*, a wrong password) is a
                 // configuration mistake: waiting does not fix it, and a waiter quietly
                 // falling back to polling would hide it until the queue misbehaves.
-                Err(e @ LockError::Refused(_)) => {
+                Err(e) if e.is_refusal() => {
                     leave(lock, spec, holder, None).await;
                     return Err(Failed::Code(unavailable(&e)));
                 }
@@ -464,8 +460,8 @@ async fn acquire<L: LockService>(
                 debug!(rank, sleep = %Human(sleep), "waiting for the lock");
                 remaining.map_or(sleep, |r| sleep.min(r))
             }
-            Err(LockError::Unavailable(msg)) if waiting && remaining != Some(Duration::ZERO) => {
-                warn!(error = %msg, "Redis unavailable while waiting for the lock; retrying");
+            Err(e) if e.is_outage() && waiting && remaining != Some(Duration::ZERO) => {
+                warn!(error = %e, "Redis unavailable while waiting for the lock; retrying");
                 remaining.map_or(HEARTBEAT, |r| HEARTBEAT.min(r))
             }
             Err(e) => {
@@ -552,7 +548,7 @@ async fn release<L: LockService>(
     // The history entry goes along again: the first may not have been written (a reader of
     // the history drops an entry repeated by the same run).
     for _ in 0..2 {
-        if !matches!(result, Err(LockError::Unavailable(_))) {
+        if !result.as_ref().is_err_and(LockError::is_outage) {
             break;
         }
         retried = true;

@@ -225,6 +225,34 @@ pub enum LockError {
     Local(String),
 }
 
+impl LockError {
+    /// lockrun's exit code when this error ends a run or an operators' command.
+    pub fn exit_code(&self) -> crate::exit_codes::ExitCode {
+        use crate::exit_codes::ExitCode;
+        match self {
+            LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
+            LockError::Misuse(_) => ExitCode::Usage,
+            LockError::Local(_) => ExitCode::OsError,
+        }
+    }
+
+    /// Whether waiting may fix it: an outage (`--wait` retries it), not a refusal, a misuse
+    /// or a local limit.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, LockError::Unavailable(_))
+    }
+
+    /// Whether the server refused lockrun's configuration (password, ACL, not Redis).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, LockError::Refused(_))
+    }
+
+    /// Whether the server answered that the key cannot be used this way.
+    pub fn is_misuse(&self) -> bool {
+        matches!(self, LockError::Misuse(_))
+    }
+}
+
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -73,11 +73,7 @@ fn connect(conn: &Connection) -> Result<Vec<RedisLock>, String> {
 
 fn failed(e: &LockError) -> ExitCode {
     error!("{e}");
-    match e {
-        LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
-        LockError::Misuse(_) => ExitCode::Usage,
-        LockError::Local(_) => ExitCode::OsError,
-    }
+    e.exit_code()
 }
 
 /// The majority of `n` masters (1 of 1).
@@ -97,7 +93,7 @@ where
     for node in nodes.iter_mut() {
         match ask(node).await {
             Ok(v) => answers.push(v),
-            Err(e @ LockError::Misuse(_)) => return Err(e),
+            Err(e) if e.is_misuse() => return Err(e),
             Err(e) if n == 1 => return Err(e),
             Err(e) => {
                 tracing::warn!("{e}");
