@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Builds the lockrun that packaging ships: a release build statically linked against glibc
-# (not position-independent: see below), for this machine's target triple. Prints the binary's path as the last line of
-# stdout (target/<triple>/release/lockrun); everything else goes to stderr.
+# Builds the lockrun that packaging ships: a release build statically linked against glibc,
+# position-independent (static-pie), for this machine's target triple. Prints the binary's path
+# as the last line of stdout (target/<triple>/release/lockrun); everything else goes to stderr.
 #
 #   bash packaging/build-static.sh                # build, check, print the path
 #   bash packaging/build-static.sh --check FILE   # only check that FILE is statically linked
 #
 # Why static: lockrun is a wrapper run by cron every minute on many hosts, so its start-up cost is
-# paid on every run. Measured on the 2-core development VM, `lockrun -q -r redis://127.0.0.1:PORT
-# KEY -- true` took 3.18 ms (median) static against 3.86 ms dynamic (`flock -n FILE true`: 2.45 ms):
-# loading and relocating libc.so and libgcc_s.so is a large share of a run that short. A static
-# binary also runs on any Linux of its architecture, whatever its glibc (or none: Alpine, scratch).
+# paid on every run, and loading and relocating libc.so and libgcc_s.so is a large share of a run
+# that short (measured against the dynamic build and flock: docs/benchmarks.md). A static binary
+# also runs on any Linux of its architecture, whatever its glibc (or none: Alpine, scratch).
 #
 # NSS: a static glibc still dlopen()s libnss_*.so modules for the lookups nsswitch.conf sends to
 # them, and a module built against another glibc can crash the process. So the static build pins
@@ -21,15 +20,11 @@
 # from the glibc version used for linking"; GNU ld prints it, rust-lld (rustc's default linker on
 # x86_64 Linux) does not. It is about those NSS modules, which the pinning keeps out.
 #
-# Not position-independent (`-C relocation-model=static`; ELF type EXEC, not static-pie, which is
-# rustc's default for crt-static): a static-pie relocates itself at start, 6,122 pointers spread
-# over 25 pages of .data.rel.ro, read from a 147 KB relocation table, and every one of those pages
-# is a page fault and a private copy on every run. Measured side by side (2,000 interleaved runs,
-# 2-core VM): 3.17 ms static-pie against 2.82 ms not (`flock -n FILE true`: 2.43 ms), and 26 page
-# faults fewer per run. What is given up: the binary's own code and data are at a fixed address
-# (no ASLR for them; the stack, heap, and every mmap stay randomised), as with `gcc -static` and
-# Go's binaries. lockrun is a short-lived client written in Rust; its inputs are its own command
-# line and its Redis server's replies.
+# Position-independent (static-pie, rustc's default for crt-static; ELF type DYN without an
+# interpreter): the kernel loads the binary's own code and data at a random address, like every
+# other mapping. lockrun runs as root under cron and as PID 1 in containers, so address
+# randomisation of its code is worth the few page faults of relocating itself at each start (the
+# cost is in docs/benchmarks.md). The check below refuses a non-PIE (type EXEC) build.
 #
 # getrandom(2) directly (`getrandom_backend="linux_getrandom"`, for the getrandom crate behind the
 # lock token's UUID): by default that crate looks the libc function up with dlsym, which a static
@@ -55,13 +50,13 @@ check_static() {
     } >&2
     return 1
   fi
-  # A static-pie is ELF type DYN (it relocates itself at every start, see above); what ships is
-  # type EXEC.
-  if ! grep -Eq 'Type:[[:space:]]+EXEC' <<<"$headers"; then
-    echo "build-static.sh: $bin is position-independent (static-pie), expected ELF type EXEC (-C relocation-model=static)" >&2
+  # A static-pie is ELF type DYN (and no interpreter, checked above); a fixed-address build
+  # (-C relocation-model=static) is type EXEC and gives up randomising lockrun's own code.
+  if ! grep -Eq 'Type:[[:space:]]+DYN' <<<"$headers"; then
+    echo "build-static.sh: $bin is not position-independent (ELF type EXEC), expected a static-pie (ELF type DYN); is -C relocation-model=static in RUSTFLAGS?" >&2
     return 1
   fi
-  echo "build-static.sh: $bin: statically linked, not position-independent (no interpreter, no NEEDED libraries)" >&2
+  echo "build-static.sh: $bin: static-pie (no interpreter, no NEEDED libraries, position-independent)" >&2
 }
 
 if [ "${1:-}" = --check ]; then
@@ -81,8 +76,8 @@ esac
 # --target is required: with it, RUSTFLAGS apply only to the target's crates. Without it they
 # also reach build scripts and proc-macro crates, which cannot be linked statically, and the
 # build fails. The result goes to target/<triple>/release/, apart from the dynamic build.
-echo "build-static.sh: cargo build --release --locked --target $triple (crt-static, relocation-model=static)" >&2
-RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static -C relocation-model=static --cfg getrandom_backend=\"linux_getrandom\"" \
+echo "build-static.sh: cargo build --release --locked --target $triple (crt-static: static-pie)" >&2
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static --cfg getrandom_backend=\"linux_getrandom\"" \
   cargo build --release --locked --target "$triple" --bin lockrun >&2
 bin=$PWD/target/$triple/release/lockrun
 check_static "$bin"

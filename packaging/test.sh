@@ -8,13 +8,13 @@
 #     from packaging/compose, docker-compose up --scale cron-service=3 --build with the classic
 #     builder, so lockrun is built by packaging/Dockerfile's builder stage (crates fetched from
 #     crates.io inside the container), and the replicas are checked to run that stage's binary,
-#     static (readelf: no interpreter, no NEEDED, type EXEC; file: statically linked). Scaled to 3:
+#     static-pie (readelf: no interpreter, no NEEDED, type DYN; file: static-pie linked). Scaled to 3:
 #     exactly one replica runs each tick, the others log "redis lock already acquired"; the key
 #     expires after the tick; the job's exit code is lockrun's; docker-compose stop passes SIGTERM
 #     to the running job and everything exits fast
 #   - both documented uses of that image (FROM lockrun; COPY --from=lockrun), plus the binary
 #     alone in a FROM scratch image
-#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc, not
+#   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc,
 #     position-independent); packaging/prebuilt.Dockerfile's image (the same image with that
 #     binary copied in), the .deb and the .rpm carry it, each copy checked to be static
 #   - the .deb (cargo deb --target <host triple> --no-build, from Cargo.toml's
@@ -198,11 +198,12 @@ fi
 [ "$(docker run --rm rust:1-bookworm rustc -V)" = "$(rustc -V)" ] || fail "the stand-in's rustc is not the host's"
 ok "rust:1-bookworm (stand-in) is $(docker image inspect -f '{{.Id}}' rust:1-bookworm | cut -c1-19): $(rustc -V), $(docker image inspect -f '{{.Size}}' rust:1-bookworm | awk '{printf "%.0f MB", $1/1e6}')"
 
-# Static by two tools: build-static.sh's readelf check (no interpreter, no NEEDED, type EXEC) and
-# file(1), which says "static-pie linked" for the position-independent kind.
+# Static-pie by two tools: build-static.sh's readelf check (no interpreter, no NEEDED, type DYN)
+# and file(1), which says "static-pie linked" for a static position-independent binary (and
+# "statically linked" for a fixed-address one, which is refused).
 assert_static() {
-  bash packaging/build-static.sh --check "$1" || fail "$2: not statically linked"
-  file -b "$1" | grep -q 'statically linked' || fail "$2: file(1) does not say statically linked: $(file -b "$1")"
+  bash packaging/build-static.sh --check "$1" || fail "$2: not a static-pie"
+  file -b "$1" | grep -q 'static-pie linked' || fail "$2: file(1) does not say static-pie linked: $(file -b "$1")"
 }
 
 # ------------------------------------------------------------------- the compose scenario

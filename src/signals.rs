@@ -91,8 +91,8 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
 }
 
 /// Signals received, in order, read from the self-pipe. (Hand-written rather than signal-hook:
-/// its registry copies its whole table on each registration, which for the ~50 signals we
-/// catch was 45% of lockrun's start-up instructions.)
+/// its registry copies its whole table on each registration, and lockrun catches nearly every
+/// signal, so that copying dominated start-up; docs/benchmarks.md, "Decisions".)
 pub struct Signals {
     read: Option<OwnedFd>,
     pipe: Option<pipe::Receiver>,

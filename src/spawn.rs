@@ -4,9 +4,9 @@
 //!
 //! Why not `fork`: fork copies lockrun's page tables, and until the child's exec both
 //! processes take a copy-on-write fault for every page either writes; the child's exec then
-//! tears that copy down again (a TLB shoot-down across CPUs). On a small VM that was ~0.2 ms of
-//! every run, a fifth of lockrun's start-up beyond flock's. With `CLONE_VM` the child borrows
-//! our memory and our thread waits (`CLONE_VFORK`) until it has exec'd or exited.
+//! tears that copy down again (a TLB shoot-down across CPUs): a measurable share of every run
+//! (docs/benchmarks.md, "Decisions"). With `CLONE_VM` the child borrows our memory and our
+//! thread waits (`CLONE_VFORK`) until it has exec'd or exited.
 //!
 //! The price is discipline in the child, which runs on our memory: no allocation, no locks, no
 //! panics (everything it needs is prepared here, before the clone), and no signal handler of
@@ -47,7 +47,7 @@ pub enum Failure {
 /// The command's environment as execve takes it: lockrun's own entries as they are, minus the
 /// names `env` sets, then `added` (`env`'s entries). Lockrun's entries are passed as pointers
 /// into the process's environment, not copied: copying them (`std::env::vars_os`, then a
-/// CString each) was ~70k instructions of every run, a tenth of lockrun's own start-up.
+/// CString each) was a large share of lockrun's own start-up instructions (docs/benchmarks.md).
 fn environment(env: &[(&str, String)], added: &[CString]) -> Vec<*const c_char> {
     extern "C" {
         // POSIX: the process's environment, a NULL-terminated array of "NAME=value" strings.

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Benchmarks lockrun against flock and the Redis lock tools people use today, on this machine,
-# against a local throwaway redis-server, and prints Markdown tables (see README "Performance").
+# against a local throwaway redis-server.
 #
-#   bash tests/bench/run.sh            # everything (~5 min)
-#   bash tests/bench/run.sh overhead   # one part: overhead | servercost | roundtrips | memory | scale | contention | topologies
+#   bash tests/bench/run.sh            # everything: writes docs/benchmarks.md (~15 min)
+#   bash tests/bench/run.sh overhead   # one part, its table on stdout: overhead | servercost |
+#                                      # roundtrips | memory | scale | contention | topologies
+#   BENCH_BASELINE=/path/to/other/lockrun bash tests/bench/run.sh overhead
+#                                      # another build side by side with this one
 #
 # Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd, valgrind (Debian packages)
 # and redis-py, python-redis-lock, pottery (into a virtualenv under target/bench-venv).
@@ -29,11 +32,27 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -q redis python-redis-lock pottery
 fi
 cargo build --release --locked
-# The lockrun that ships: static glibc (packaging/build-static.sh prints its path last).
+# The lockrun that ships: static-pie glibc (packaging/build-static.sh prints its path last).
 BENCH_LOCKRUN=$(bash packaging/build-static.sh | tail -n 1)
 export BENCH_LOCKRUN
+# The same static build at a fixed address, to show what shipping a static-pie costs at start
+# (overhead only; a target directory of its own, so the shipped build is not overwritten).
+if [ $# = 0 ] || [[ " $* " == *" overhead "* ]]; then
+  triple=$(rustc -vV | sed -n 's/^host: //p')
+  RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static --cfg getrandom_backend=\"linux_getrandom\"" \
+    cargo build --release --locked --target "$triple" --bin lockrun --target-dir target/bench-fixed >&2
+  BENCH_LOCKRUN_FIXED=$PWD/target/bench-fixed/$triple/release/lockrun
+  export BENCH_LOCKRUN_FIXED
+fi
 # The floor program: the least a lock wrapper can do (see floor.c), dynamic and static.
 command -v cc >/dev/null || { echo ">>> installing gcc with apt-get" >&2; sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo; $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 cc -O2 -o target/bench-floor tests/bench/floor.c
 cc -O2 -static -o target/bench-floor-static tests/bench/floor.c
-exec "$venv/bin/python" tests/bench/bench.py "$@"
+if [ $# = 0 ]; then
+  mkdir -p docs
+  "$venv/bin/python" tests/bench/bench.py > docs/benchmarks.md.tmp
+  mv docs/benchmarks.md.tmp docs/benchmarks.md
+  echo "wrote docs/benchmarks.md" >&2
+else
+  exec "$venv/bin/python" tests/bench/bench.py "$@"
+fi
