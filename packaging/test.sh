@@ -226,7 +226,7 @@ compose up -d --scale cron-service=3 --build >"$tmp/up.log" 2>&1 \
 # The build's output without the colour codes docker-compose puts around each chunk of stderr
 # (also in the middle of a line).
 sed 's/\x1b\[[0-9;]*m//g' "$tmp/up.log" >"$tmp/up.txt"
-grep -E '^(Creating|Building|Starting|Recreating)|Finished .release|statically linked' "$tmp/up.txt" || true
+grep -E '^(Creating|Building|Starting|Recreating)|Finished .release|static-pie' "$tmp/up.txt" || true
 # When the builder stage ran (not found in the cache of an earlier run), cargo fetched every crate
 # from crates.io inside the build container: the stand-in has none.
 if grep -q 'Finished .release' "$tmp/up.txt"; then
@@ -302,14 +302,14 @@ if ! wait "$host_build_pid"; then
 fi
 host_build_pid=
 host_build_ms=$(( ($(date +%s%N) - host_build_t0) / 1000000 ))
-grep -E 'Finished|statically linked' "$tmp/host-build.log" || true
+grep -E 'Finished|static-pie' "$tmp/host-build.log" || true
 bin=$(tail -1 "$tmp/host-build.out")
 [ "$bin" = "$root/target/$triple/release/lockrun" ] || fail "build-static.sh printed '$bin', expected target/$triple/release/lockrun"
 assert_static "$bin" "the host build"
 # The Docker build context is the repository root: the binary's path relative to it.
 prebuilt=${bin#"$root"/}
 [ "$("$bin" --version)" = "$version" ] || fail "the host build says '$("$bin" --version)', the image '$version'"
-ok "$version: $prebuilt, statically linked"
+ok "$version: $prebuilt, static-pie"
 
 phase "compose: three ticks of $tick s (job 3 s, exit 3; --every ${tick}s keeps the key 5 s)"
 # Every replica ticks at multiples of $tick on the shared clock. The first whole tick is the next
