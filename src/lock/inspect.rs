@@ -6,12 +6,10 @@
 
 use super::keys::{history_args, Keys};
 use super::redis::{as_string, unexpected, RedisLock};
+use super::scripts::{FORCE_RELEASE, INSPECT};
 use super::{Holder, LockError, LockSpec, Note};
 use redis::Value;
 use std::time::Duration;
-
-const INSPECT: &str = include_str!("inspect.lua");
-const FORCE_RELEASE: &str = super::redis::queue_script!("force_release.lua");
 
 /// One key as one server sees it.
 #[derive(Clone, Debug, Default)]
@@ -28,8 +26,8 @@ pub struct Inspection {
     pub holders: Vec<(String, Option<Duration>)>,
     /// How long the lock has been held, by the server's clock: now minus the fence, which is
     /// the server's clock in µs when it was handed out. `None` for a semaphore (several
-    /// holders, one counter) and for a fence that is not such a time (a counter from before
-    /// lockrun used the clock, or one ahead of it).
+    /// holders, one counter) and for a fence that is not such a time (a counter set by hand, or
+    /// one ahead of the clock).
     pub held_for: Option<Duration>,
 }
 
@@ -63,7 +61,7 @@ impl RedisLock {
         self.check_key(key)?;
         let k = Keys::of(key);
         let reply = self
-            .eval(INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
+            .eval(&INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
             .await?;
         let Value::Array(items) = reply else {
             return Err(unexpected(&reply));
@@ -117,11 +115,11 @@ impl RedisLock {
             history,
             every: None,
         };
-        let mut args = vec![k.channel.clone()];
+        let mut args = vec![k.channel.clone(), self.publish().to_string()];
         args.extend(history_args(&spec, operator, None, Some(note)));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let keys = [key, &k.queue, &k.tickets, &k.fence, &k.history];
-        let reply = self.eval(FORCE_RELEASE, &keys, &args).await?;
+        let reply = self.eval(&FORCE_RELEASE, &keys, &args).await?;
         let Value::Array(items) = reply else {
             return Err(unexpected(&reply));
         };
@@ -299,7 +297,7 @@ mod tests {
             held_since(now - 2_500_000, now),
             Some(Duration::from_millis(2500))
         );
-        assert_eq!(held_since(42, now), None, "an old counter");
+        assert_eq!(held_since(42, now), None, "a counter set by hand");
         assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
     }
     use crate::lock::keys::helper_key;

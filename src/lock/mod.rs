@@ -15,7 +15,7 @@ pub mod keys;
 pub mod probe;
 pub mod redis;
 pub mod redlock;
-mod sha1;
+pub mod scripts;
 pub mod url;
 
 use std::fmt;
@@ -116,20 +116,16 @@ pub fn public_id(token: &str) -> String {
 }
 
 /// What a log line may say about the holder whose value is `value`: `host=<h> pid=<p>
-/// started=<utc> program=<name>`, without the first word (our public id, or the token of a lockrun from before
-/// ids existed, which is still trusted by such a lockrun). A value lockrun did not write (set
-/// by hand, a reservation note) is shown as it is; the logger escapes it.
+/// started=<utc> program=<name>`, without the first word (the holder's public id). A value
+/// lockrun did not write (set by hand, a reservation note) is shown as it is; the logger
+/// escapes it.
 pub fn describe_holder(value: &str) -> &str {
     if let Some((_, rest)) = value.split_once(' ') {
         let mut words = rest.split(' ');
-        let shaped = ["host=", "pid=", "started="]
+        let shaped = ["host=", "pid=", "started=", "program="]
             .iter()
             .all(|prefix| words.next().is_some_and(|w| w.starts_with(prefix)));
-        // `program=` since lockrun 0.2; older values end after `started=`.
-        if shaped
-            && words.next().is_none_or(|w| w.starts_with("program="))
-            && words.next().is_none()
-        {
+        if shaped && words.next().is_none() {
             return rest;
         }
     }
@@ -348,30 +344,26 @@ mod tests {
         assert_eq!(secs(&value), Some(1_704_164_645));
         // A value lockrun did not write says nothing about a start.
         assert_eq!(secs("started=2024-01-02T03:04:05Z"), None);
-        assert_eq!(secs(&format!("{id} host=h1 pid=42 started=soon")), None);
+        assert_eq!(
+            secs(&format!("{id} host=h1 pid=42 started=soon program=x")),
+            None
+        );
     }
 
     #[test]
     fn a_holder_is_described_without_its_first_word() {
         let id = public_id("secret");
-        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z");
+        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh");
         assert_eq!(
             describe_holder(&value),
-            "host=h1 pid=42 started=2024-01-02T03:04:05Z"
-        );
-        // An older lockrun's value (its token first) is described the same way.
-        let old = "0123456789abcdef0123456789abcdef host=h pid=1 started=x";
-        assert_eq!(describe_holder(old), "host=h pid=1 started=x");
-        let with_program = format!("{id} host=h pid=1 started=x program=backup.sh");
-        assert_eq!(
-            describe_holder(&with_program),
-            "host=h pid=1 started=x program=backup.sh"
+            "host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh"
         );
         // Anything else is shown as it is.
         for other in [
             "someone",
             "abc host=x",
             "reserved for a queued waiter",
+            "a host=h pid=1 started=x",
             "a host=h pid=1 started=x extra",
             "a host=h pid=1 started=x program=p extra",
             "",
