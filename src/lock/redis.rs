@@ -5,43 +5,12 @@ use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
 use super::errors::{is_dropped, is_transient, refusal};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
+use super::scripts::{self, Script};
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
-/// queue's functions (queue.lua). Acquire and release put their common case (nobody queued)
-/// between the two, so it returns before queue.lua's functions are created (every call creates
-/// a script's `local function`s anew).
-macro_rules! queue_script {
-    ($file:literal) => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!("queue.lua"),
-            include_str!($file)
-        )
-    };
-    ($fast:literal, $queued:literal) => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!($fast),
-            include_str!("queue.lua"),
-            include_str!($queued)
-        )
-    };
-}
-pub(super) use queue_script;
-
-const ACQUIRE: &str = queue_script!("acquire.lua", "acquire_queued.lua");
-const RELEASE: &str = queue_script!("release.lua", "release_queued.lua");
-const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
-const SEM_RELEASE: &str = queue_script!("sem_release.lua");
-const LEAVE: &str = queue_script!("leave.lua");
-const RENEW: &str = include_str!("renew.lua");
-const SEM_RENEW: &str = include_str!("sem_renew.lua");
-const HELD_BY: &str = include_str!("held_by.lua");
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
 #[derive(Default)]
@@ -510,11 +479,16 @@ impl RedisLock {
         self.connector.is_cluster()
     }
 
+    /// The command the scripts publish release hints with (see [`scripts::publish_command`]).
+    pub(super) fn publish(&self) -> &'static str {
+        scripts::publish_command(self.is_cluster())
+    }
+
     /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]) for the
     /// operators' commands, on the connection as it is ([`Route::AsConnected`]).
     pub(super) async fn eval(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, LockError> {
@@ -527,7 +501,7 @@ impl RedisLock {
     /// `EVAL` (one round trip) and its verdict comes back beside the script's reply.
     async fn eval_acked(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
@@ -554,21 +528,12 @@ impl RedisLock {
     /// that the first attempt's outcome is unknown (see `app::release`).
     async fn eval_once(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
         route: Route,
     ) -> Result<(Value, Acked), Failed> {
-        // On a Cluster, a release hint goes to the lock's shard only (sharded pub/sub); its
-        // channel shares the lock's slot (see `wake_channel`).
-        let sharded;
-        let script = if self.connector.is_cluster() {
-            sharded = script.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
-            sharded.as_str()
-        } else {
-            script
-        };
         let watched = route != Route::AsConnected;
         // Behind Sentinel the primary may be replaced while the request waits for its reply
         // (see `watched`): the request is then sent again there, as if new. Three times at
@@ -607,9 +572,9 @@ impl RedisLock {
                     ),
                 ))))
             }
-            Err(e) if refusal(&e, Some(script)).is_some() => {
+            Err(e) if refusal(&e, Some(script.text())).is_some() => {
                 self.conn = None;
-                Err(Failed::Other(self.failure(&e, Some(script))))
+                Err(Failed::Other(self.failure(&e, Some(script.text()))))
             }
             Err(e) if is_dropped(&e) => {
                 self.conn = None;
@@ -680,7 +645,7 @@ impl RedisLock {
     async fn send_script(
         &mut self,
         conn: &mut Conn,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
@@ -689,7 +654,7 @@ impl RedisLock {
         // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
         // less travel per request. A server that does not have the script yet (fresh, restarted,
         // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
-        // that refuses EVALSHA itself (an ACL line from before lockrun used it) gets EVAL from
+        // that refuses EVALSHA itself (an ACL line that grants EVAL alone) gets EVAL from
         // then on. Either way the script runs once: NOSCRIPT means it did not run.
         // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
         // blocked for nothing, and the retry would block again (with --acks the WAIT costs
@@ -697,10 +662,10 @@ impl RedisLock {
         let by_sha = self.evalsha && !(ack && self.acking());
         if !by_sha {
             return self
-                .send(conn, "EVAL", script, keys, args, ack, watched)
+                .send(conn, "EVAL", script.text(), keys, args, ack, watched)
                 .await;
         }
-        let sha = script_sha(script);
+        let sha = script.sha();
         match self
             .send(conn, "EVALSHA", &sha, keys, args, ack, watched)
             .await?
@@ -711,7 +676,7 @@ impl RedisLock {
             // under faults never pays two.
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
                     .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
@@ -721,7 +686,7 @@ impl RedisLock {
             {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
                     .await
             }
             other => Ok(other),
@@ -805,42 +770,6 @@ impl RedisLock {
             .extract_error()
             .map(|v| (v, acked))
     }
-}
-
-/// The scripts of every run, with the names `EVALSHA` sends for them, hashed at compile time.
-/// Hashing ~30 KiB of Lua in const evaluation crosses rustc's "taking a long time" lint (a
-/// guard against endless loops, not a limit); it takes well under a second of the build.
-#[allow(long_running_const_eval)]
-static PRECOMPUTED: [(&str, [u8; 40]); 8] = [
-    (ACQUIRE, super::sha1::hex(ACQUIRE.as_bytes())),
-    (RELEASE, super::sha1::hex(RELEASE.as_bytes())),
-    (RENEW, super::sha1::hex(RENEW.as_bytes())),
-    (HELD_BY, super::sha1::hex(HELD_BY.as_bytes())),
-    (SEM_ACQUIRE, super::sha1::hex(SEM_ACQUIRE.as_bytes())),
-    (SEM_RELEASE, super::sha1::hex(SEM_RELEASE.as_bytes())),
-    (SEM_RENEW, super::sha1::hex(SEM_RENEW.as_bytes())),
-    (LEAVE, super::sha1::hex(LEAVE.as_bytes())),
-];
-
-/// Lowercase hex SHA-1 of a script, as `EVALSHA` names it: precomputed for lockrun's own
-/// scripts, computed once per process for the others (the sharded variants a Cluster gets, the
-/// operators' commands).
-fn script_sha(script: &str) -> String {
-    if let Some((_, sha)) = PRECOMPUTED.iter().find(|(s, _)| *s == script) {
-        return String::from_utf8_lossy(sha).into_owned();
-    }
-    thread_local! {
-        static KNOWN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    KNOWN.with(|known| {
-        let mut known = known.borrow_mut();
-        if let Some((_, sha)) = known.iter().find(|(s, _)| s == script) {
-            return sha.clone();
-        }
-        let sha = sha1_smol::Sha1::from(script).digest().to_string();
-        known.push((script.to_string(), sha.clone()));
-        sha
-    })
 }
 
 /// Behind Sentinel, which primary a script must go to (elsewhere all alike).
@@ -934,14 +863,23 @@ impl LockService for RedisLock {
         let (reply, acked) = match spec.limit {
             None => {
                 let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
-                self.eval_acked(ACQUIRE, &key_args, &args, true, Route::Named)
+                self.eval_acked(&scripts::ACQUIRE, &key_args, &args, true, Route::Named)
                     .await?
             }
             Some(n) => {
                 let n = n.to_string();
-                let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
+                let publish = self.publish();
+                let args = [
+                    &holder.value,
+                    &ttl,
+                    &holder.id,
+                    &ticket,
+                    &n,
+                    &keys.channel,
+                    publish,
+                ];
                 let args = with_history(&args, &history);
-                self.eval_acked(SEM_ACQUIRE, &key_args, &args, true, Route::Named)
+                self.eval_acked(&scripts::SEM_ACQUIRE, &key_args, &args, true, Route::Named)
                     .await?
             }
         };
@@ -1033,9 +971,9 @@ impl LockService for RedisLock {
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let ttl = spec.ttl.as_millis().to_string();
         let script = if spec.limit.is_some() {
-            SEM_RENEW
+            &scripts::SEM_RENEW
         } else {
-            RENEW
+            &scripts::RENEW
         };
         let (reply, acked) = self
             // Behind Sentinel on the primary a majority names now, and only then (see
@@ -1073,7 +1011,7 @@ impl LockService for RedisLock {
         // presented in its place hashes to something else.
         let id = super::public_id(token);
         let (reply, _) = self
-            .eval_acked(HELD_BY, &[&spec.key], &[&id], false, Route::Named)
+            .eval_acked(&scripts::HELD_BY, &[&spec.key], &[&id], false, Route::Named)
             .await?;
         match reply {
             Value::Int(n) => Ok(n == 1),
@@ -1090,9 +1028,10 @@ impl LockService for RedisLock {
         let keys = Keys::of(&spec.key);
         let limit = spec.limit.unwrap_or(0).to_string();
         let history = history_args(spec, holder, None, note);
-        let args = with_history(&[&holder.id, &limit, &keys.channel], &history);
+        let publish = self.publish();
+        let args = with_history(&[&holder.id, &limit, &keys.channel, publish], &history);
         self.eval_acked(
-            LEAVE,
+            &scripts::LEAVE,
             &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
             &args,
             false,
@@ -1142,14 +1081,18 @@ impl RedisLock {
         // Round up: keeping a millisecond too long is harmless, too short is not.
         let keep = keep_for.as_micros().div_ceil(1000).to_string();
         let script = if spec.limit.is_some() {
-            SEM_RELEASE
+            &scripts::SEM_RELEASE
         } else {
-            RELEASE
+            &scripts::RELEASE
         };
         let keys = Keys::of(&spec.key);
         let fence = (lease.fence > 0).then_some(lease.fence);
         let history = history_args(spec, &lease.holder, fence, note);
-        let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
+        let publish = self.publish();
+        let args = with_history(
+            &[&lease.holder.value, &keep, &keys.channel, publish],
+            &history,
+        );
         let (reply, acked) = self
             // Behind Sentinel on the primary named now: "released" means deleted where the
             // key lives, not on a replaced primary that still accepts writes.
@@ -1192,19 +1135,5 @@ pub(super) fn as_string(v: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Okay => Some("OK".into()),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn precomputed_script_names_are_their_sha1() {
-        for (script, sha) in &PRECOMPUTED {
-            let want = sha1_smol::Sha1::from(script).digest().to_string();
-            assert_eq!(std::str::from_utf8(sha).unwrap(), want);
-            assert_eq!(script_sha(script), want);
-        }
     }
 }
