@@ -10,6 +10,7 @@ pub mod backend;
 pub mod connect;
 pub mod endpoint;
 pub mod errors;
+pub mod failure;
 pub mod inspect;
 pub mod keys;
 pub mod probe;
@@ -18,7 +19,7 @@ pub mod redlock;
 pub mod scripts;
 pub mod url;
 
-use std::fmt;
+pub use failure::LockError;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -201,63 +202,6 @@ pub enum Release {
     Kept(Duration),
     /// The key was no longer ours; nothing was touched.
     NotOwner,
-}
-
-/// Why a request failed.
-#[derive(Debug)]
-pub enum LockError {
-    /// Could not talk to the server, or it refused us (connect, auth, I/O, timeout). The outcome
-    /// of the request is unknown: it may or may not have taken effect.
-    Unavailable(String),
-    /// The server answered, but the key cannot be used the way we asked (wrong type, mixing a
-    /// semaphore and a plain lock, a script error).
-    Misuse(String),
-    /// The server refused lockrun itself (no or wrong password, an ACL without a command lockrun
-    /// needs) or is no Redis at all: a configuration mistake, reported like "unavailable" (69)
-    /// but never retried, since waiting does not fix it.
-    Refused(String),
-    /// A limit of this machine, not the server, stopped the request (no descriptor or memory
-    /// left for a socket): exit 71, and not waited out as an outage.
-    Local(String),
-}
-
-impl LockError {
-    /// lockrun's exit code when this error ends a run or an operators' command.
-    pub fn exit_code(&self) -> crate::exit_codes::ExitCode {
-        use crate::exit_codes::ExitCode;
-        match self {
-            LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
-            LockError::Misuse(_) => ExitCode::Usage,
-            LockError::Local(_) => ExitCode::OsError,
-        }
-    }
-
-    /// Whether waiting may fix it: an outage (`--wait` retries it), not a refusal, a misuse
-    /// or a local limit.
-    pub fn is_outage(&self) -> bool {
-        matches!(self, LockError::Unavailable(_))
-    }
-
-    /// Whether the server refused lockrun's configuration (password, ACL, not Redis).
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, LockError::Refused(_))
-    }
-
-    /// Whether the server answered that the key cannot be used this way.
-    pub fn is_misuse(&self) -> bool {
-        matches!(self, LockError::Misuse(_))
-    }
-}
-
-impl fmt::Display for LockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::Unavailable(m)
-            | LockError::Misuse(m)
-            | LockError::Refused(m)
-            | LockError::Local(m) => f.write_str(m),
-        }
-    }
 }
 
 /// The seam between the lock protocol and everything else.

@@ -3,7 +3,8 @@
 
 use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
-use super::errors::{is_dropped, is_transient, refusal};
+use super::errors::{self, is_dropped, is_transient, refusal, Sent};
+use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
 use super::scripts::{self, Script};
 use super::url::{Credentials, Secrets, TlsFiles};
@@ -144,45 +145,32 @@ impl RedisLock {
     /// lost in a failover, so the caller treats it as not done (unknown outcome).
     fn check_ack(&self, reply: Value) -> Result<(), LockError> {
         let wait_ms = self.ack_wait_ms();
-        let refused = |why: &str| {
-            Err(LockError::Refused(format!(
-                "Redis at {} refused lockrun: {why}",
-                self.shown
-            )))
-        };
         let got = match reply {
             Value::Int(n) if !self.fsync => n,
             // WAITAOF → [local fsyncs, replica fsyncs].
             Value::Array(v) if self.fsync => match v.as_slice() {
                 [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
                 [Value::Int(_), Value::Int(_)] => {
-                    return Err(LockError::Unavailable(format!(
-                        "Redis at {} unavailable: the server did not fsync the lock within {wait_ms}ms (--fsync)",
-                        self.shown
-                    )))
+                    return Err(
+                        self.error(Kind::Unavailable(Cause::NotSynced { within_ms: wait_ms }))
+                    )
                 }
-                _ => return Err(unexpected(&Value::Array(v))),
+                _ => return Err(self.unexpected(&Value::Array(v))),
             },
             Value::ServerError(e) => {
-                let text = format!("{e:?}").to_ascii_lowercase();
-                if text.contains("unknown command") {
-                    return refused(if self.fsync {
-                        "--fsync needs WAITAOF (Redis 7.2 or later, Valkey 8 or later)"
-                    } else {
-                        "--acks needs WAIT, which this server does not offer"
-                    });
-                } else if text.contains("appendonly") {
-                    return refused("--fsync needs the server's append-only file (appendonly yes)");
-                }
-                return Err(self.unavailable(&e.into()));
+                return Err(match errors::ack_refusal(&e, self.fsync) {
+                    Some(missing) => self.error(Kind::Unsupported(missing)),
+                    None => self.unavailable(&e.into()),
+                });
             }
-            other => return Err(unexpected(&other)),
+            other => return Err(self.unexpected(&other)),
         };
         if got < i64::from(self.acks) {
-            return Err(LockError::Unavailable(format!(
-                "Redis at {} unavailable: only {got} of {} replicas acknowledged the lock within {wait_ms}ms (--acks)",
-                self.shown, self.acks
-            )));
+            return Err(self.error(Kind::Unavailable(Cause::NotAcked {
+                got,
+                want: self.acks,
+                within_ms: wait_ms,
+            })));
         }
         Ok(())
     }
@@ -191,22 +179,22 @@ impl RedisLock {
     /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
     pub(super) fn check_key(&self, key: &str) -> Result<(), LockError> {
         if self.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
-            return Err(LockError::Misuse(format!(
-                "key '{key}' has a '}}' but no {{hash tag}}: on a Redis Cluster its fencing counter and queue \
-                 cannot share its slot; use a name without '}}', or one with a {{hash tag}}"
-            )));
+            return Err(self.error(Kind::Misuse(Misuse::NoSharedSlot {
+                key: key.to_string(),
+            })));
         }
         Ok(())
     }
 
+    /// An error of this server, the server's words in it scrubbed of every password.
+    pub(super) fn error(&self, kind: Kind) -> LockError {
+        LockError::on(&self.shown, kind.scrubbed(&self.secrets))
+    }
+
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
-    /// gets garbage): say what that usually means instead of a bare "timed out".
-    fn tls_hint(&self) -> &'static str {
-        if self.connector.endpoint().tls {
-            "; is the server's port TLS-enabled? (rediss:// needs TLS; use redis:// for a plain-text port)"
-        } else {
-            ""
-        }
+    /// gets garbage): its messages say what that usually means instead of a bare "timed out".
+    fn tls(&self) -> bool {
+        self.connector.endpoint().tls
     }
 
     /// What a failed request means. Refusals of lockrun itself (authentication, permissions,
@@ -216,24 +204,19 @@ impl RedisLock {
         self.failure(e, None)
     }
 
-    /// [`Self::unavailable`] for a failed `EVAL` of `script`: a refusal can then name the
+    /// [`Self::unavailable`] for a failed `EVAL` of a script: a refusal can then name the
     /// command inside the script that the server would not run.
-    fn failure(&self, e: &redis::RedisError, script: Option<&str>) -> LockError {
-        let scrub = |m: String| self.secrets.scrub(&m);
-        if let Some(why) = super::errors::local_limit(e) {
-            return self.local(&why);
+    fn failure(&self, e: &redis::RedisError, sent: Option<Sent>) -> LockError {
+        if let Some(limit) = errors::local_limit(e) {
+            return self.error(Kind::Local(limit));
         }
-        match refusal(e, script) {
-            Some(why) => LockError::Refused(scrub(format!(
-                "Redis at {} refused lockrun: {why}",
-                self.shown
-            ))),
-            None => LockError::Unavailable(scrub(format!(
-                "Redis at {} unavailable: {e}{}",
-                self.shown,
-                self.tls_hint()
-            ))),
-        }
+        self.error(refusal(e, sent).unwrap_or_else(|| {
+            Kind::Unavailable(Cause::Server {
+                trouble: errors::trouble(e),
+                words: e.to_string(),
+                tls: self.tls(),
+            })
+        }))
     }
 
     async fn connection(&mut self) -> Result<Conn, LockError> {
@@ -336,35 +319,27 @@ impl RedisLock {
 
     /// What a failed connection attempt means (see [`Self::unavailable`]).
     fn failed_connect(&self, fail: Fail) -> LockError {
-        let scrub = |m: String| self.secrets.scrub(&m);
         match fail {
             Fail::Redis(e) => self.unavailable(&e),
-            Fail::Refused(m) => LockError::Refused(scrub(m)),
-            Fail::Unavailable(m) => match super::errors::local_limit_of(None, &m) {
-                Some(why) => self.local(&why),
-                None => LockError::Unavailable(scrub(format!(
-                    "Redis at {} unavailable: {m}",
-                    self.shown
-                ))),
-            },
+            Fail::Topology(e) => e,
         }
     }
 
-    /// A limit of this machine kept lockrun from reaching the server.
-    fn local(&self, why: &str) -> LockError {
-        LockError::Local(
-            self.secrets
-                .scrub(&format!("cannot reach Redis at {}: {why}", self.shown)),
-        )
+    /// Nothing within the request timeout: `missing` says what did not come.
+    fn timed_out(&self, missing: &'static str) -> LockError {
+        self.error(Kind::Unavailable(Cause::Timeout {
+            missing,
+            within: self.timeout,
+            tls: self.tls(),
+        }))
     }
 
-    fn timed_out(&self, what: &str) -> LockError {
-        LockError::Unavailable(self.secrets.scrub(&format!(
-            "Redis at {} unavailable: {what} within {:?}{}",
-            self.shown,
-            self.timeout,
-            self.tls_hint()
-        )))
+    /// A reply none of lockrun's scripts gives: whatever answered is not a Redis that ran them
+    /// (a proxy or a fake answering +OK to everything). Refused, not retried: it will not
+    /// change.
+    pub(super) fn unexpected(&self, v: &Value) -> LockError {
+        let shown: String = format!("{v:?}").chars().take(80).collect();
+        self.error(Kind::NotRedis(NotRedis::Reply(shown)))
     }
 
     /// One command (the operators' commands: reads, `SCAN`, `INFO`), with the same bounds and
@@ -417,10 +392,7 @@ impl RedisLock {
             self.conn = None;
             self.unavailable(e)
         } else {
-            LockError::Misuse(
-                self.secrets
-                    .scrub(&format!("Redis at {} answered: {e}", self.shown)),
-            )
+            self.error(Kind::Misuse(Misuse::Answered(errors::answer(e))))
         }
     }
 
@@ -534,6 +506,10 @@ impl RedisLock {
         ack: bool,
         route: Route,
     ) -> Result<(Value, Acked), Failed> {
+        let sent = Sent {
+            script: script.text(),
+            publish: self.publish(),
+        };
         let watched = route != Route::AsConnected;
         // Behind Sentinel the primary may be replaced while the request waits for its reply
         // (see `watched`): the request is then sent again there, as if new. Three times at
@@ -562,19 +538,15 @@ impl RedisLock {
         match reply {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
-            Err(e) if unknown_command(&e) && self.is_sentinel(&mut conn).await => {
+            Err(e) if errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
                 self.conn = None;
-                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
-                    &format!(
-                        "Redis at {} is a Sentinel, not a data node: give the sentinels as \
-                     redis+sentinel://HOST:PORT[,HOST:PORT…]/<service name>",
-                        self.shown
-                    ),
-                ))))
+                Err(Failed::Other(
+                    self.error(Kind::NotRedis(NotRedis::Sentinel)),
+                ))
             }
-            Err(e) if refusal(&e, Some(script.text())).is_some() => {
+            Err(e) if refusal(&e, Some(sent)).is_some() => {
                 self.conn = None;
-                Err(Failed::Other(self.failure(&e, Some(script.text()))))
+                Err(Failed::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
                 self.conn = None;
@@ -589,14 +561,10 @@ impl RedisLock {
             // lockrun, whatever it is. Said with the server's own words, never the request's.
             Err(e) => {
                 self.conn = None;
-                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
-                    &format!(
-                    "Redis at {} is not a usable Redis for lockrun: it answered the lock script \
-                     with '{}'",
-                    self.shown,
-                    server_words(&e)
-                ),
-                ))))
+                let words = errors::server_words(&e);
+                Err(Failed::Other(
+                    self.error(Kind::NotRedis(NotRedis::Answered(words))),
+                ))
             }
         }
     }
@@ -613,29 +581,6 @@ impl RedisLock {
             _ => false,
         }
     }
-}
-
-/// The server answered "unknown command" (a command renamed away, or a server of another kind).
-fn unknown_command(e: &redis::RedisError) -> bool {
-    e.to_string()
-        .to_ascii_lowercase()
-        .contains("unknown command")
-}
-
-/// What the server said in an error reply, without the arguments of the request redis-rs
-/// quotes after it (a script's SHA, keys, a holder value), and at most 120 characters.
-fn server_words(e: &redis::RedisError) -> String {
-    let words = match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => e.to_string(),
-    };
-    let words = words
-        .split(", with args beginning with")
-        .next()
-        .unwrap_or_default();
-    let words = crate::logging::escape_controls(words);
-    words.chars().take(120).collect()
 }
 
 impl RedisLock {
@@ -667,7 +612,7 @@ impl RedisLock {
         }
         let sha = script.sha();
         match self
-            .send(conn, "EVALSHA", &sha, keys, args, ack, watched)
+            .send(conn, "EVALSHA", sha, keys, args, ack, watched)
             .await?
         {
             // A server without one script (new, restarted, failed over) has none of them:
@@ -680,10 +625,7 @@ impl RedisLock {
                     .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
-            Err(e)
-                if (refusal(&e, None).is_some() || unknown_command(&e))
-                    && e.to_string().to_ascii_lowercase().contains("evalsha") =>
-            {
+            Err(e) if errors::evalsha_refused(&e) => {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
                 self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
@@ -761,7 +703,7 @@ impl RedisLock {
             .ignore_errors();
         let mut replies = pipe.query_async::<Vec<Value>>(conn).await?;
         if replies.len() != 2 {
-            return Ok((Value::Array(replies), Err(unexpected(&Value::Nil))));
+            return Ok((Value::Array(replies), Err(self.unexpected(&Value::Nil))));
         }
         let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
         replies
@@ -887,7 +829,7 @@ impl LockService for RedisLock {
         self.unsettled = false;
         let items = match reply {
             Value::Array(items) => items,
-            other => return Err(unexpected(&other)),
+            other => return Err(self.unexpected(&other)),
         };
         match (items.first(), items.get(1)) {
             (Some(Value::Int(1)), Some(Value::Int(fence))) => {
@@ -921,37 +863,23 @@ impl LockService for RedisLock {
             }),
             (Some(Value::Int(-1)), Some(kind)) => {
                 let kind = as_string(kind).unwrap_or_default();
-                Err(LockError::Misuse(match (spec.limit, kind.as_str()) {
-                    (_, "foreign-zset") => format!(
-                        "key '{}' is a Redis sorted set that is not a lockrun semaphore: lockrun leaves it alone; choose another key",
-                        spec.key
-                    ),
-                    (None, "zset") => format!(
-                        "key '{}' is a semaphore (used with --limit); use the same --limit for every lockrun on it",
-                        spec.key
-                    ),
-                    (Some(_), "string") => format!(
-                        "key '{}' is a plain lock (used without --limit); a semaphore needs a key of its own",
-                        spec.key
-                    ),
-                    _ => format!(
-                        "key '{}' holds a Redis {kind}, not a lock; choose another key",
-                        spec.key
-                    ),
-                }))
+                let key = spec.key.clone();
+                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
+                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                    (None, "zset") => Misuse::IsSemaphore { key },
+                    (Some(_), "string") => Misuse::IsPlainLock { key },
+                    _ => Misuse::Foreign { key, found: kind },
+                })))
             }
             (Some(Value::Int(-2)), Some(key)) => {
                 let key = as_string(key).unwrap_or_default();
-                Err(LockError::Misuse(if key == keys.fence {
-                    format!(
-                        "the fencing counter '{key}' is not a whole number (changed by hand?); delete it: \
-                         fencing numbers then resume above the server's clock, so they still increase"
-                    )
+                Err(self.error(Kind::Misuse(if key == keys.fence {
+                    Misuse::SpoiledFence { helper: key }
                 } else {
-                    format!("the waiter queue key '{key}' is not a sorted set (changed by hand?); delete it")
-                }))
+                    Misuse::SpoiledQueue { helper: key }
+                })))
             }
-            _ => Err(unexpected(&Value::Array(items))),
+            _ => Err(self.unexpected(&Value::Array(items))),
         }
     }
 
@@ -992,7 +920,7 @@ impl LockService for RedisLock {
             // (the watchdog retries until then).
             Value::Int(1) => acked.map(|()| Renew::Renewed),
             Value::Int(0) => Ok(Renew::NotOwner),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
 
@@ -1015,7 +943,7 @@ impl LockService for RedisLock {
             .await?;
         match reply {
             Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
 
@@ -1105,7 +1033,7 @@ impl RedisLock {
             )
             .await
             .map_err(Failed::into_error)?;
-        if let Err(e @ LockError::Unavailable(_)) = acked {
+        if let Some(e) = acked.err().filter(LockError::is_outage) {
             // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
             // The key is deleted on the primary; if a failover loses that, it only lingers
             // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
@@ -1115,18 +1043,9 @@ impl RedisLock {
             Value::Int(1) => Ok(Release::Deleted),
             Value::Int(2) => Ok(Release::Kept(keep_for)),
             Value::Int(0) => Ok(Release::NotOwner),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
-}
-
-/// A reply none of lockrun's scripts gives: whatever answered is not a Redis that ran them
-/// (a proxy or a fake answering +OK to everything). Refused, not retried: it will not change.
-pub(super) fn unexpected(v: &Value) -> LockError {
-    let shown: String = format!("{v:?}").chars().take(80).collect();
-    LockError::Refused(format!(
-        "the server is not a usable Redis for lockrun: its reply to the lock script was {shown}"
-    ))
 }
 
 pub(super) fn as_string(v: &Value) -> Option<String> {
