@@ -206,9 +206,10 @@ pub enum Release {
 
 /// The seam between the lock protocol and everything else.
 ///
-/// Implementations must be safe to call again with the same holder after an `Unavailable`
-/// error: a retried acquire that finds its own value counts as success, a retried release of an
-/// already-deleted key answers `NotOwner` without touching anyone else's lock.
+/// Implementations must be safe to call again with the same holder after an outage
+/// ([`LockError::is_outage`]): a retried acquire that finds its own value counts as success, a
+/// retried release of an already-deleted key answers `NotOwner` without touching anyone else's
+/// lock.
 #[allow(async_fn_in_trait)] // Used with static dispatch only; futures never cross threads.
 pub trait LockService {
     /// Subscribe to release hints before the first attempt, so that no release between an
