@@ -9,7 +9,9 @@
 //! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
-use super::errors::is_dropped;
+use super::errors::{is_dropped, local_limit, refusal};
+use super::failure::{At, Cause, Kind, Unsupported};
+use super::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -59,9 +61,7 @@ impl ConnectionLike for Conn {
 /// the topology can say (no sentinel answered, none knows the service).
 pub enum Fail {
     Redis(RedisError),
-    /// A configuration mistake: waiting does not fix it.
-    Refused(String),
-    Unavailable(String),
+    Topology(LockError),
 }
 
 impl From<RedisError> for Fail {
@@ -374,37 +374,40 @@ impl Connector {
             }
         }
         let shown = &self.endpoint.shown;
-        if !named.is_empty() {
+        let server = |kind: Kind| LockError::on(shown, kind.scrubbed(&self.endpoint.secrets));
+        let sentinels = |kind: Kind| {
+            let kind = kind.scrubbed(&self.endpoint.secrets);
+            LockError::new(kind, At::Sentinels(shown.clone()))
+        };
+        let service = service.to_string();
+        let fail = if !named.is_empty() {
             let names: Vec<String> = named
                 .iter()
                 .map(|((host, port), n)| format!("{host}:{port} ({n})"))
                 .collect();
-            return Err(Fail::Unavailable(format!(
-                "no majority of the {} sentinels of {shown} names one primary for '{service}' \
-                 (they name {}): a failover under way, sentinels cut off, or sentinels of \
-                 another set listed under the same name",
-                self.sentinels.len(),
-                names.join(", ")
-            )));
-        }
-        if unknown == self.sentinels.len() {
-            return Err(Fail::Refused(format!(
-                "the sentinels of {shown} know no primary named '{service}' (the name in `sentinel monitor <name>`)"
-            )));
-        }
-        match last {
-            // Authentication and ACL refusals are the sentinels' own: say whose.
-            Some(e) if super::errors::refusal(&e, None).is_some() => Err(Fail::Refused(format!(
-                "the sentinels of {shown} refused lockrun: {} (their password: LOCKRUN_SENTINEL_PASSWORD or --sentinel-password-file)",
-                super::errors::refusal(&e, None).unwrap_or_default()
-            ))),
-            Some(e) => Err(Fail::Unavailable(format!(
-                "no sentinel of {shown} named a primary for '{service}': {e}"
-            ))),
-            None => Err(Fail::Unavailable(format!(
-                "no sentinel of {shown} answered within {budget:?}"
-            ))),
-        }
+            server(Kind::Unavailable(Cause::SentinelsSplit {
+                count: self.sentinels.len(),
+                service,
+                named: names.join(", "),
+            }))
+        } else if unknown == self.sentinels.len() {
+            sentinels(Kind::Unsupported(Unsupported::Service(service)))
+        } else {
+            match last {
+                Some(e) => match (local_limit(&e), refusal(&e, None)) {
+                    // A limit of this machine, not the sentinels'.
+                    (Some(limit), _) => server(Kind::Local(limit)),
+                    // Authentication and ACL refusals are the sentinels' own: say whose.
+                    (None, Some(refused)) => sentinels(refused),
+                    (None, None) => server(Kind::Unavailable(Cause::SentinelsFailed {
+                        service,
+                        words: e.to_string(),
+                    })),
+                },
+                None => server(Kind::Unavailable(Cause::SentinelsSilent(budget))),
+            }
+        };
+        Err(Fail::Topology(fail))
     }
 }
 

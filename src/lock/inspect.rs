@@ -4,14 +4,13 @@
 //! Like the lock protocol, every read of one key is one `EVAL`, so what it shows is one
 //! consistent moment (holder, TTL, fence and queue read together).
 
+use super::failure::{Kind, Misuse};
 use super::keys::{history_args, Keys};
-use super::redis::{as_string, unexpected, RedisLock};
+use super::redis::{as_string, RedisLock};
+use super::scripts::{FORCE_RELEASE, INSPECT};
 use super::{Holder, LockError, LockSpec, Note};
 use redis::Value;
 use std::time::Duration;
-
-const INSPECT: &str = include_str!("inspect.lua");
-const FORCE_RELEASE: &str = super::redis::queue_script!("force_release.lua");
 
 /// One key as one server sees it.
 #[derive(Clone, Debug, Default)]
@@ -28,8 +27,8 @@ pub struct Inspection {
     pub holders: Vec<(String, Option<Duration>)>,
     /// How long the lock has been held, by the server's clock: now minus the fence, which is
     /// the server's clock in µs when it was handed out. `None` for a semaphore (several
-    /// holders, one counter) and for a fence that is not such a time (a counter from before
-    /// lockrun used the clock, or one ahead of it).
+    /// holders, one counter) and for a fence that is not such a time (a counter set by hand, or
+    /// one ahead of the clock).
     pub held_for: Option<Duration>,
 }
 
@@ -63,10 +62,10 @@ impl RedisLock {
         self.check_key(key)?;
         let k = Keys::of(key);
         let reply = self
-            .eval(INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
+            .eval(&INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
             .await?;
         let Value::Array(items) = reply else {
-            return Err(unexpected(&reply));
+            return Err(self.unexpected(&reply));
         };
         let text = |i: usize| items.get(i).and_then(as_string).unwrap_or_default();
         let int = |i: usize| match items.get(i) {
@@ -117,13 +116,13 @@ impl RedisLock {
             history,
             every: None,
         };
-        let mut args = vec![k.channel.clone()];
+        let mut args = vec![k.channel.clone(), self.publish().to_string()];
         args.extend(history_args(&spec, operator, None, Some(note)));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let keys = [key, &k.queue, &k.tickets, &k.fence, &k.history];
-        let reply = self.eval(FORCE_RELEASE, &keys, &args).await?;
+        let reply = self.eval(&FORCE_RELEASE, &keys, &args).await?;
         let Value::Array(items) = reply else {
-            return Err(unexpected(&reply));
+            return Err(self.unexpected(&reply));
         };
         let text: Vec<String> = items
             .iter()
@@ -138,18 +137,17 @@ impl RedisLock {
                 fence,
                 holders: text[2..].to_vec(),
             })),
-            "foreign-string" => Err(LockError::Misuse(format!(
-                "key '{key}' holds a value lockrun did not write, not a lockrun lock: release \
-                 --force deletes only lockrun's locks and semaphores (redis-cli GET it to see \
-                 whose it is)"
-            ))),
-            "foreign-zset" => Err(LockError::Misuse(format!(
-                "key '{key}' is a Redis sorted set that is not a lockrun semaphore: release \
-                 --force deletes only lockrun's locks and semaphores"
-            ))),
-            other => Err(LockError::Misuse(format!(
-                "key '{key}' is a Redis {other}, not a lock: lockrun leaves it alone"
-            ))),
+            other => {
+                let key = key.to_string();
+                Err(self.error(Kind::Misuse(match other {
+                    "foreign-string" => Misuse::ForceForeignValue { key },
+                    "foreign-zset" => Misuse::ForceForeignSemaphore { key },
+                    found => Misuse::ForceNotALock {
+                        key,
+                        found: found.to_string(),
+                    },
+                })))
+            }
         }
     }
 
@@ -163,16 +161,19 @@ impl RedisLock {
             .arg("COUNT")
             .arg(count);
         let reply = match self.request(cmd, None).await {
-            Err(LockError::Misuse(m)) if m.contains("WRONGTYPE") => {
-                return Err(LockError::Misuse(format!(
-                    "the history key of '{key}' ({}) is not a stream: changed by hand?",
-                    Keys::of(key).history
-                )))
+            Err(LockError {
+                kind: Kind::Misuse(Misuse::Answered(answer)),
+                ..
+            }) if answer.code.as_deref() == Some("WRONGTYPE") => {
+                return Err(self.error(Kind::Misuse(Misuse::SpoiledHistory {
+                    key: key.to_string(),
+                    helper: Keys::of(key).history,
+                })))
             }
             other => other?,
         };
         let Value::Array(entries) = reply else {
-            return Err(unexpected(&reply));
+            return Err(self.unexpected(&reply));
         };
         let mut out = Vec::new();
         for entry in entries {
@@ -213,7 +214,7 @@ impl RedisLock {
                     .arg(1000);
                 let reply = self.request(cmd, at).await?;
                 let Value::Array(parts) = reply else {
-                    return Err(unexpected(&reply));
+                    return Err(self.unexpected(&reply));
                 };
                 cursor = parts
                     .first()
@@ -245,7 +246,7 @@ impl RedisLock {
             .request(redis::cmd("CLUSTER").arg("SLOTS").clone(), None)
             .await?;
         let Value::Array(ranges) = reply else {
-            return Err(unexpected(&reply));
+            return Err(self.unexpected(&reply));
         };
         let mut out = Vec::new();
         for range in ranges {
@@ -299,7 +300,7 @@ mod tests {
             held_since(now - 2_500_000, now),
             Some(Duration::from_millis(2500))
         );
-        assert_eq!(held_since(42, now), None, "an old counter");
+        assert_eq!(held_since(42, now), None, "a counter set by hand");
         assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
     }
     use crate::lock::keys::helper_key;

@@ -36,9 +36,9 @@ impl Keys {
 }
 
 /// A script's own arguments followed by its history arguments (see [`history_args`]).
-pub(super) fn with_history<'a>(args: &[&'a String], history: &'a [String]) -> Vec<&'a str> {
+pub(super) fn with_history<'a>(args: &[&'a str], history: &'a [String]) -> Vec<&'a str> {
     args.iter()
-        .map(|a| a.as_str())
+        .copied()
         .chain(history.iter().map(String::as_str))
         .collect()
 }

@@ -10,15 +10,16 @@ pub mod backend;
 pub mod connect;
 pub mod endpoint;
 pub mod errors;
+pub mod failure;
 pub mod inspect;
 pub mod keys;
 pub mod probe;
 pub mod redis;
 pub mod redlock;
-mod sha1;
+pub mod scripts;
 pub mod url;
 
-use std::fmt;
+pub use failure::LockError;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -116,20 +117,16 @@ pub fn public_id(token: &str) -> String {
 }
 
 /// What a log line may say about the holder whose value is `value`: `host=<h> pid=<p>
-/// started=<utc> program=<name>`, without the first word (our public id, or the token of a lockrun from before
-/// ids existed, which is still trusted by such a lockrun). A value lockrun did not write (set
-/// by hand, a reservation note) is shown as it is; the logger escapes it.
+/// started=<utc> program=<name>`, without the first word (the holder's public id). A value
+/// lockrun did not write (set by hand, a reservation note) is shown as it is; the logger
+/// escapes it.
 pub fn describe_holder(value: &str) -> &str {
     if let Some((_, rest)) = value.split_once(' ') {
         let mut words = rest.split(' ');
-        let shaped = ["host=", "pid=", "started="]
+        let shaped = ["host=", "pid=", "started=", "program="]
             .iter()
             .all(|prefix| words.next().is_some_and(|w| w.starts_with(prefix)));
-        // `program=` since lockrun 0.2; older values end after `started=`.
-        if shaped
-            && words.next().is_none_or(|w| w.starts_with("program="))
-            && words.next().is_none()
-        {
+        if shaped && words.next().is_none() {
             return rest;
         }
     }
@@ -207,68 +204,12 @@ pub enum Release {
     NotOwner,
 }
 
-/// Why a request failed.
-#[derive(Debug)]
-pub enum LockError {
-    /// Could not talk to the server, or it refused us (connect, auth, I/O, timeout). The outcome
-    /// of the request is unknown: it may or may not have taken effect.
-    Unavailable(String),
-    /// The server answered, but the key cannot be used the way we asked (wrong type, mixing a
-    /// semaphore and a plain lock, a script error).
-    Misuse(String),
-    /// The server refused lockrun itself (no or wrong password, an ACL without a command lockrun
-    /// needs) or is no Redis at all: a configuration mistake, reported like "unavailable" (69)
-    /// but never retried, since waiting does not fix it.
-    Refused(String),
-    /// A limit of this machine, not the server, stopped the request (no descriptor or memory
-    /// left for a socket): exit 71, and not waited out as an outage.
-    Local(String),
-}
-
-impl LockError {
-    /// lockrun's exit code when this error ends a run or an operators' command.
-    pub fn exit_code(&self) -> crate::exit_codes::ExitCode {
-        use crate::exit_codes::ExitCode;
-        match self {
-            LockError::Unavailable(_) | LockError::Refused(_) => ExitCode::Unavailable,
-            LockError::Misuse(_) => ExitCode::Usage,
-            LockError::Local(_) => ExitCode::OsError,
-        }
-    }
-
-    /// Whether waiting may fix it: an outage (`--wait` retries it), not a refusal, a misuse
-    /// or a local limit.
-    pub fn is_outage(&self) -> bool {
-        matches!(self, LockError::Unavailable(_))
-    }
-
-    /// Whether the server refused lockrun's configuration (password, ACL, not Redis).
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, LockError::Refused(_))
-    }
-
-    /// Whether the server answered that the key cannot be used this way.
-    pub fn is_misuse(&self) -> bool {
-        matches!(self, LockError::Misuse(_))
-    }
-}
-
-impl fmt::Display for LockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::Unavailable(m)
-            | LockError::Misuse(m)
-            | LockError::Refused(m)
-            | LockError::Local(m) => f.write_str(m),
-        }
-    }
-}
-
 /// The seam between the lock protocol and everything else.
 ///
-/// Implementations must be safe to call again with the same holder after an `Unavailable`
-/// error: a retried acquire that finds its own value counts as success, a retried release of an
-/// already-deleted key answers `NotOwner` without touching anyone else's lock.
+/// Implementations must be safe to call again with the same holder after an outage
+/// ([`LockError::is_outage`]): a retried acquire that finds its own value counts as success, a
+/// retried release of an already-deleted key answers `NotOwner` without touching anyone else's
+/// lock.
 #[allow(async_fn_in_trait)] // Used with static dispatch only; futures never cross threads.
 pub trait LockService {
     /// Subscribe to release hints before the first attempt, so that no release between an
@@ -348,30 +289,26 @@ mod tests {
         assert_eq!(secs(&value), Some(1_704_164_645));
         // A value lockrun did not write says nothing about a start.
         assert_eq!(secs("started=2024-01-02T03:04:05Z"), None);
-        assert_eq!(secs(&format!("{id} host=h1 pid=42 started=soon")), None);
+        assert_eq!(
+            secs(&format!("{id} host=h1 pid=42 started=soon program=x")),
+            None
+        );
     }
 
     #[test]
     fn a_holder_is_described_without_its_first_word() {
         let id = public_id("secret");
-        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z");
+        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh");
         assert_eq!(
             describe_holder(&value),
-            "host=h1 pid=42 started=2024-01-02T03:04:05Z"
-        );
-        // An older lockrun's value (its token first) is described the same way.
-        let old = "0123456789abcdef0123456789abcdef host=h pid=1 started=x";
-        assert_eq!(describe_holder(old), "host=h pid=1 started=x");
-        let with_program = format!("{id} host=h pid=1 started=x program=backup.sh");
-        assert_eq!(
-            describe_holder(&with_program),
-            "host=h pid=1 started=x program=backup.sh"
+            "host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh"
         );
         // Anything else is shown as it is.
         for other in [
             "someone",
             "abc host=x",
             "reserved for a queued waiter",
+            "a host=h pid=1 started=x",
             "a host=h pid=1 started=x extra",
             "a host=h pid=1 started=x program=p extra",
             "",

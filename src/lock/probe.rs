@@ -5,6 +5,7 @@
 //! altogether). And the one write doctor makes: a probe lock taken and released through the
 //! same [`LockService`] calls a run makes ([`RedisLock::probe_lock`]).
 
+use super::failure::{Answer, Cause, Kind, Misuse};
 use super::keys::Keys;
 use super::redis::RedisLock;
 use super::{Acquire, Holder, LockError, LockService, LockSpec, Release};
@@ -18,8 +19,8 @@ pub enum Probe {
     /// The ACL does not let this user run it (NOPERM): the check that needed it cannot be made.
     Denied,
     /// The server answered with an error: an unknown (renamed, disabled, too new) command, wrong
-    /// arguments for this version. The server's words, credentials scrubbed.
-    Error(String),
+    /// arguments for this version. Its words are scrubbed of credentials.
+    Error(Answer),
 }
 
 impl RedisLock {
@@ -43,12 +44,10 @@ impl RedisLock {
         let replies = match self.request_all(cmds, at).await {
             Ok(replies) => replies,
             // The pipeline as a whole was answered with an error: each command was.
-            Err(LockError::Misuse(m)) => {
-                return Ok(cmds
-                    .iter()
-                    .map(|_| Probe::Error(server_words(&m)))
-                    .collect())
-            }
+            Err(LockError {
+                kind: Kind::Misuse(Misuse::Answered(answer)),
+                ..
+            }) => return Ok(cmds.iter().map(|_| Probe::Error(answer.clone())).collect()),
             Err(e) => return Err(e),
         };
         replies.into_iter().map(probed).collect()
@@ -114,20 +113,16 @@ impl RedisLock {
         let lease = match self.acquire(spec, holder, false).await? {
             Acquire::Acquired(lease) => lease,
             Acquire::Held { .. } => {
-                return Err(LockError::Misuse(format!(
-                    "the probe key {} is held by someone else",
-                    spec.key
-                )))
+                return Err(self.error(Kind::Misuse(Misuse::ProbeKeyHeld {
+                    key: spec.key.clone(),
+                })))
             }
         };
         match self.release(spec, &lease, Duration::ZERO, None).await? {
             Release::Deleted | Release::Kept(_) => Ok(()),
-            Release::NotOwner => Err(LockError::Unavailable(format!(
-                "Redis at {} lost the probe lock before its release, within its TTL of {:?} \
-                 (evicted? a failover?)",
-                self.shown(),
-                spec.ttl
-            ))),
+            Release::NotOwner => {
+                Err(self.error(Kind::Unavailable(Cause::ProbeLost { ttl: spec.ttl })))
+            }
         }
     }
 }
@@ -153,45 +148,47 @@ pub struct LockProbe {
 fn probed(reply: Result<Value, LockError>) -> Result<Probe, LockError> {
     match reply {
         Ok(v) => Ok(Probe::Answer(v)),
-        Err(LockError::Refused(m)) if is_denied(&m) => Ok(Probe::Denied),
-        Err(LockError::Misuse(m)) => Ok(Probe::Error(server_words(&m))),
+        Err(LockError {
+            kind: Kind::Denied(_),
+            ..
+        }) => Ok(Probe::Denied),
+        Err(LockError {
+            kind: Kind::Misuse(Misuse::Answered(answer)),
+            ..
+        }) => Ok(Probe::Error(answer)),
         Err(e) => Err(e),
     }
-}
-
-/// A refusal of one command by the ACL, as `errors::refusal` words it (Redis and Valkey), as
-/// opposed to a refusal of the connection (authentication) or of the protocol.
-fn is_denied(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    lower.contains("no permissions") || lower.contains("may not run")
-}
-
-/// `Redis at <url> answered: <error>` → `<error>`.
-fn server_words(message: &str) -> String {
-    message
-        .split_once(" answered: ")
-        .map_or(message, |(_, e)| e)
-        .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::failure::{Auth, Denied, NotRedis, On};
 
     #[test]
     fn a_denied_command_is_not_a_refused_connection() {
-        assert!(is_denied(
-            "Redis at unix:///s refused lockrun: this user has no permissions to run the 'config|get' command; grant the user what lockrun needs (README: ACL permissions)"
+        let denied = Kind::Denied(Denied::Command {
+            command: Some("CONFIG|GET".into()),
+            on: On::Command,
+            words: "this user has no permissions to run the 'config|get' command".into(),
+        });
+        assert!(matches!(
+            probed(Err(LockError::on("unix:///s", denied))),
+            Ok(Probe::Denied)
         ));
-        assert!(!is_denied(
-            "Redis at redis://***@h:1 refused lockrun: authentication failed: wrong password or user name"
-        ));
-        assert!(!is_denied(
-            "Redis at h refused lockrun: the server does not speak the Redis protocol (is this the Redis port?)"
-        ));
+        for refused in [Kind::Auth(Auth::Wrong), Kind::NotRedis(NotRedis::Protocol)] {
+            assert!(probed(Err(LockError::on("h", refused))).is_err());
+        }
+        let answer = Answer {
+            code: Some("ERR".into()),
+            unknown: true,
+            words: "ERR unknown command 'CONFIG'".into(),
+        };
+        let answered = LockError::on("h", Kind::Misuse(Misuse::Answered(answer.clone())));
         assert_eq!(
-            server_words("Redis at h answered: ERR unknown command 'CONFIG'"),
-            "ERR unknown command 'CONFIG'"
+            answered.to_string(),
+            "Redis at h answered: ERR unknown command 'CONFIG'"
         );
+        assert!(matches!(probed(Err(answered)), Ok(Probe::Error(a)) if a == answer));
     }
 }

@@ -3,45 +3,15 @@
 
 use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
-use super::errors::{is_dropped, is_transient, refusal};
+use super::errors::{self, is_dropped, is_transient, refusal, Sent};
+use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
+use super::scripts::{self, Script};
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
-/// queue's functions (queue.lua). Acquire and release put their common case (nobody queued)
-/// between the two, so it returns before queue.lua's functions are created (every call creates
-/// a script's `local function`s anew).
-macro_rules! queue_script {
-    ($file:literal) => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!("queue.lua"),
-            include_str!($file)
-        )
-    };
-    ($fast:literal, $queued:literal) => {
-        concat!(
-            include_str!("prelude.lua"),
-            include_str!($fast),
-            include_str!("queue.lua"),
-            include_str!($queued)
-        )
-    };
-}
-pub(super) use queue_script;
-
-const ACQUIRE: &str = queue_script!("acquire.lua", "acquire_queued.lua");
-const RELEASE: &str = queue_script!("release.lua", "release_queued.lua");
-const SEM_ACQUIRE: &str = queue_script!("sem_acquire.lua");
-const SEM_RELEASE: &str = queue_script!("sem_release.lua");
-const LEAVE: &str = queue_script!("leave.lua");
-const RENEW: &str = include_str!("renew.lua");
-const SEM_RENEW: &str = include_str!("sem_renew.lua");
-const HELD_BY: &str = include_str!("held_by.lua");
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
 #[derive(Default)]
@@ -175,45 +145,32 @@ impl RedisLock {
     /// lost in a failover, so the caller treats it as not done (unknown outcome).
     fn check_ack(&self, reply: Value) -> Result<(), LockError> {
         let wait_ms = self.ack_wait_ms();
-        let refused = |why: &str| {
-            Err(LockError::Refused(format!(
-                "Redis at {} refused lockrun: {why}",
-                self.shown
-            )))
-        };
         let got = match reply {
             Value::Int(n) if !self.fsync => n,
             // WAITAOF → [local fsyncs, replica fsyncs].
             Value::Array(v) if self.fsync => match v.as_slice() {
                 [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
                 [Value::Int(_), Value::Int(_)] => {
-                    return Err(LockError::Unavailable(format!(
-                        "Redis at {} unavailable: the server did not fsync the lock within {wait_ms}ms (--fsync)",
-                        self.shown
-                    )))
+                    return Err(
+                        self.error(Kind::Unavailable(Cause::NotSynced { within_ms: wait_ms }))
+                    )
                 }
-                _ => return Err(unexpected(&Value::Array(v))),
+                _ => return Err(self.unexpected(&Value::Array(v))),
             },
             Value::ServerError(e) => {
-                let text = format!("{e:?}").to_ascii_lowercase();
-                if text.contains("unknown command") {
-                    return refused(if self.fsync {
-                        "--fsync needs WAITAOF (Redis 7.2 or later, Valkey 8 or later)"
-                    } else {
-                        "--acks needs WAIT, which this server does not offer"
-                    });
-                } else if text.contains("appendonly") {
-                    return refused("--fsync needs the server's append-only file (appendonly yes)");
-                }
-                return Err(self.unavailable(&e.into()));
+                return Err(match errors::ack_refusal(&e, self.fsync) {
+                    Some(missing) => self.error(Kind::Unsupported(missing)),
+                    None => self.unavailable(&e.into()),
+                });
             }
-            other => return Err(unexpected(&other)),
+            other => return Err(self.unexpected(&other)),
         };
         if got < i64::from(self.acks) {
-            return Err(LockError::Unavailable(format!(
-                "Redis at {} unavailable: only {got} of {} replicas acknowledged the lock within {wait_ms}ms (--acks)",
-                self.shown, self.acks
-            )));
+            return Err(self.error(Kind::Unavailable(Cause::NotAcked {
+                got,
+                want: self.acks,
+                within_ms: wait_ms,
+            })));
         }
         Ok(())
     }
@@ -222,22 +179,22 @@ impl RedisLock {
     /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
     pub(super) fn check_key(&self, key: &str) -> Result<(), LockError> {
         if self.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
-            return Err(LockError::Misuse(format!(
-                "key '{key}' has a '}}' but no {{hash tag}}: on a Redis Cluster its fencing counter and queue \
-                 cannot share its slot; use a name without '}}', or one with a {{hash tag}}"
-            )));
+            return Err(self.error(Kind::Misuse(Misuse::NoSharedSlot {
+                key: key.to_string(),
+            })));
         }
         Ok(())
     }
 
+    /// An error of this server, the server's words in it scrubbed of every password.
+    pub(super) fn error(&self, kind: Kind) -> LockError {
+        LockError::on(&self.shown, kind.scrubbed(&self.secrets))
+    }
+
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
-    /// gets garbage): say what that usually means instead of a bare "timed out".
-    fn tls_hint(&self) -> &'static str {
-        if self.connector.endpoint().tls {
-            "; is the server's port TLS-enabled? (rediss:// needs TLS; use redis:// for a plain-text port)"
-        } else {
-            ""
-        }
+    /// gets garbage): its messages say what that usually means instead of a bare "timed out".
+    fn tls(&self) -> bool {
+        self.connector.endpoint().tls
     }
 
     /// What a failed request means. Refusals of lockrun itself (authentication, permissions,
@@ -247,24 +204,19 @@ impl RedisLock {
         self.failure(e, None)
     }
 
-    /// [`Self::unavailable`] for a failed `EVAL` of `script`: a refusal can then name the
+    /// [`Self::unavailable`] for a failed `EVAL` of a script: a refusal can then name the
     /// command inside the script that the server would not run.
-    fn failure(&self, e: &redis::RedisError, script: Option<&str>) -> LockError {
-        let scrub = |m: String| self.secrets.scrub(&m);
-        if let Some(why) = super::errors::local_limit(e) {
-            return self.local(&why);
+    fn failure(&self, e: &redis::RedisError, sent: Option<Sent>) -> LockError {
+        if let Some(limit) = errors::local_limit(e) {
+            return self.error(Kind::Local(limit));
         }
-        match refusal(e, script) {
-            Some(why) => LockError::Refused(scrub(format!(
-                "Redis at {} refused lockrun: {why}",
-                self.shown
-            ))),
-            None => LockError::Unavailable(scrub(format!(
-                "Redis at {} unavailable: {e}{}",
-                self.shown,
-                self.tls_hint()
-            ))),
-        }
+        self.error(refusal(e, sent).unwrap_or_else(|| {
+            Kind::Unavailable(Cause::Server {
+                trouble: errors::trouble(e),
+                words: e.to_string(),
+                tls: self.tls(),
+            })
+        }))
     }
 
     async fn connection(&mut self) -> Result<Conn, LockError> {
@@ -367,35 +319,27 @@ impl RedisLock {
 
     /// What a failed connection attempt means (see [`Self::unavailable`]).
     fn failed_connect(&self, fail: Fail) -> LockError {
-        let scrub = |m: String| self.secrets.scrub(&m);
         match fail {
             Fail::Redis(e) => self.unavailable(&e),
-            Fail::Refused(m) => LockError::Refused(scrub(m)),
-            Fail::Unavailable(m) => match super::errors::local_limit_of(None, &m) {
-                Some(why) => self.local(&why),
-                None => LockError::Unavailable(scrub(format!(
-                    "Redis at {} unavailable: {m}",
-                    self.shown
-                ))),
-            },
+            Fail::Topology(e) => e,
         }
     }
 
-    /// A limit of this machine kept lockrun from reaching the server.
-    fn local(&self, why: &str) -> LockError {
-        LockError::Local(
-            self.secrets
-                .scrub(&format!("cannot reach Redis at {}: {why}", self.shown)),
-        )
+    /// Nothing within the request timeout: `missing` says what did not come.
+    fn timed_out(&self, missing: &'static str) -> LockError {
+        self.error(Kind::Unavailable(Cause::Timeout {
+            missing,
+            within: self.timeout,
+            tls: self.tls(),
+        }))
     }
 
-    fn timed_out(&self, what: &str) -> LockError {
-        LockError::Unavailable(self.secrets.scrub(&format!(
-            "Redis at {} unavailable: {what} within {:?}{}",
-            self.shown,
-            self.timeout,
-            self.tls_hint()
-        )))
+    /// A reply none of lockrun's scripts gives: whatever answered is not a Redis that ran them
+    /// (a proxy or a fake answering +OK to everything). Refused, not retried: it will not
+    /// change.
+    pub(super) fn unexpected(&self, v: &Value) -> LockError {
+        let shown: String = format!("{v:?}").chars().take(80).collect();
+        self.error(Kind::NotRedis(NotRedis::Reply(shown)))
     }
 
     /// One command (the operators' commands: reads, `SCAN`, `INFO`), with the same bounds and
@@ -448,10 +392,7 @@ impl RedisLock {
             self.conn = None;
             self.unavailable(e)
         } else {
-            LockError::Misuse(
-                self.secrets
-                    .scrub(&format!("Redis at {} answered: {e}", self.shown)),
-            )
+            self.error(Kind::Misuse(Misuse::Answered(errors::answer(e))))
         }
     }
 
@@ -510,11 +451,16 @@ impl RedisLock {
         self.connector.is_cluster()
     }
 
+    /// The command the scripts publish release hints with (see [`scripts::publish_command`]).
+    pub(super) fn publish(&self) -> &'static str {
+        scripts::publish_command(self.is_cluster())
+    }
+
     /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]) for the
     /// operators' commands, on the connection as it is ([`Route::AsConnected`]).
     pub(super) async fn eval(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
     ) -> Result<Value, LockError> {
@@ -527,7 +473,7 @@ impl RedisLock {
     /// `EVAL` (one round trip) and its verdict comes back beside the script's reply.
     async fn eval_acked(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
@@ -554,20 +500,15 @@ impl RedisLock {
     /// that the first attempt's outcome is unknown (see `app::release`).
     async fn eval_once(
         &mut self,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
         route: Route,
     ) -> Result<(Value, Acked), Failed> {
-        // On a Cluster, a release hint goes to the lock's shard only (sharded pub/sub); its
-        // channel shares the lock's slot (see `wake_channel`).
-        let sharded;
-        let script = if self.connector.is_cluster() {
-            sharded = script.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
-            sharded.as_str()
-        } else {
-            script
+        let sent = Sent {
+            script: script.text(),
+            publish: self.publish(),
         };
         let watched = route != Route::AsConnected;
         // Behind Sentinel the primary may be replaced while the request waits for its reply
@@ -597,19 +538,15 @@ impl RedisLock {
         match reply {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
-            Err(e) if unknown_command(&e) && self.is_sentinel(&mut conn).await => {
+            Err(e) if errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
                 self.conn = None;
-                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
-                    &format!(
-                        "Redis at {} is a Sentinel, not a data node: give the sentinels as \
-                     redis+sentinel://HOST:PORT[,HOST:PORT…]/<service name>",
-                        self.shown
-                    ),
-                ))))
+                Err(Failed::Other(
+                    self.error(Kind::NotRedis(NotRedis::Sentinel)),
+                ))
             }
-            Err(e) if refusal(&e, Some(script)).is_some() => {
+            Err(e) if refusal(&e, Some(sent)).is_some() => {
                 self.conn = None;
-                Err(Failed::Other(self.failure(&e, Some(script))))
+                Err(Failed::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
                 self.conn = None;
@@ -624,14 +561,10 @@ impl RedisLock {
             // lockrun, whatever it is. Said with the server's own words, never the request's.
             Err(e) => {
                 self.conn = None;
-                Err(Failed::Other(LockError::Refused(self.secrets.scrub(
-                    &format!(
-                    "Redis at {} is not a usable Redis for lockrun: it answered the lock script \
-                     with '{}'",
-                    self.shown,
-                    server_words(&e)
-                ),
-                ))))
+                let words = errors::server_words(&e);
+                Err(Failed::Other(
+                    self.error(Kind::NotRedis(NotRedis::Answered(words))),
+                ))
             }
         }
     }
@@ -650,29 +583,6 @@ impl RedisLock {
     }
 }
 
-/// The server answered "unknown command" (a command renamed away, or a server of another kind).
-fn unknown_command(e: &redis::RedisError) -> bool {
-    e.to_string()
-        .to_ascii_lowercase()
-        .contains("unknown command")
-}
-
-/// What the server said in an error reply, without the arguments of the request redis-rs
-/// quotes after it (a script's SHA, keys, a holder value), and at most 120 characters.
-fn server_words(e: &redis::RedisError) -> String {
-    let words = match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => e.to_string(),
-    };
-    let words = words
-        .split(", with args beginning with")
-        .next()
-        .unwrap_or_default();
-    let words = crate::logging::escape_controls(words);
-    words.chars().take(120).collect()
-}
-
 impl RedisLock {
     /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
     /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
@@ -680,7 +590,7 @@ impl RedisLock {
     async fn send_script(
         &mut self,
         conn: &mut Conn,
-        script: &str,
+        script: &Script,
         keys: &[&str],
         args: &[&str],
         ack: bool,
@@ -689,7 +599,7 @@ impl RedisLock {
         // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
         // less travel per request. A server that does not have the script yet (fresh, restarted,
         // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
-        // that refuses EVALSHA itself (an ACL line from before lockrun used it) gets EVAL from
+        // that refuses EVALSHA itself (an ACL line that grants EVAL alone) gets EVAL from
         // then on. Either way the script runs once: NOSCRIPT means it did not run.
         // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
         // blocked for nothing, and the retry would block again (with --acks the WAIT costs
@@ -697,12 +607,12 @@ impl RedisLock {
         let by_sha = self.evalsha && !(ack && self.acking());
         if !by_sha {
             return self
-                .send(conn, "EVAL", script, keys, args, ack, watched)
+                .send(conn, "EVAL", script.text(), keys, args, ack, watched)
                 .await;
         }
-        let sha = script_sha(script);
+        let sha = script.sha();
         match self
-            .send(conn, "EVALSHA", &sha, keys, args, ack, watched)
+            .send(conn, "EVALSHA", sha, keys, args, ack, watched)
             .await?
         {
             // A server without one script (new, restarted, failed over) has none of them:
@@ -711,17 +621,14 @@ impl RedisLock {
             // under faults never pays two.
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
                     .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
-            Err(e)
-                if (refusal(&e, None).is_some() || unknown_command(&e))
-                    && e.to_string().to_ascii_lowercase().contains("evalsha") =>
-            {
+            Err(e) if errors::evalsha_refused(&e) => {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
-                self.send(conn, "EVAL", script, keys, args, ack, watched)
+                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
                     .await
             }
             other => Ok(other),
@@ -796,7 +703,7 @@ impl RedisLock {
             .ignore_errors();
         let mut replies = pipe.query_async::<Vec<Value>>(conn).await?;
         if replies.len() != 2 {
-            return Ok((Value::Array(replies), Err(unexpected(&Value::Nil))));
+            return Ok((Value::Array(replies), Err(self.unexpected(&Value::Nil))));
         }
         let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
         replies
@@ -805,42 +712,6 @@ impl RedisLock {
             .extract_error()
             .map(|v| (v, acked))
     }
-}
-
-/// The scripts of every run, with the names `EVALSHA` sends for them, hashed at compile time.
-/// Hashing ~30 KiB of Lua in const evaluation crosses rustc's "taking a long time" lint (a
-/// guard against endless loops, not a limit); it takes well under a second of the build.
-#[allow(long_running_const_eval)]
-static PRECOMPUTED: [(&str, [u8; 40]); 8] = [
-    (ACQUIRE, super::sha1::hex(ACQUIRE.as_bytes())),
-    (RELEASE, super::sha1::hex(RELEASE.as_bytes())),
-    (RENEW, super::sha1::hex(RENEW.as_bytes())),
-    (HELD_BY, super::sha1::hex(HELD_BY.as_bytes())),
-    (SEM_ACQUIRE, super::sha1::hex(SEM_ACQUIRE.as_bytes())),
-    (SEM_RELEASE, super::sha1::hex(SEM_RELEASE.as_bytes())),
-    (SEM_RENEW, super::sha1::hex(SEM_RENEW.as_bytes())),
-    (LEAVE, super::sha1::hex(LEAVE.as_bytes())),
-];
-
-/// Lowercase hex SHA-1 of a script, as `EVALSHA` names it: precomputed for lockrun's own
-/// scripts, computed once per process for the others (the sharded variants a Cluster gets, the
-/// operators' commands).
-fn script_sha(script: &str) -> String {
-    if let Some((_, sha)) = PRECOMPUTED.iter().find(|(s, _)| *s == script) {
-        return String::from_utf8_lossy(sha).into_owned();
-    }
-    thread_local! {
-        static KNOWN: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    KNOWN.with(|known| {
-        let mut known = known.borrow_mut();
-        if let Some((_, sha)) = known.iter().find(|(s, _)| s == script) {
-            return sha.clone();
-        }
-        let sha = sha1_smol::Sha1::from(script).digest().to_string();
-        known.push((script.to_string(), sha.clone()));
-        sha
-    })
 }
 
 /// Behind Sentinel, which primary a script must go to (elsewhere all alike).
@@ -934,14 +805,23 @@ impl LockService for RedisLock {
         let (reply, acked) = match spec.limit {
             None => {
                 let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
-                self.eval_acked(ACQUIRE, &key_args, &args, true, Route::Named)
+                self.eval_acked(&scripts::ACQUIRE, &key_args, &args, true, Route::Named)
                     .await?
             }
             Some(n) => {
                 let n = n.to_string();
-                let args = [&holder.value, &ttl, &holder.id, &ticket, &n, &keys.channel];
+                let publish = self.publish();
+                let args = [
+                    &holder.value,
+                    &ttl,
+                    &holder.id,
+                    &ticket,
+                    &n,
+                    &keys.channel,
+                    publish,
+                ];
                 let args = with_history(&args, &history);
-                self.eval_acked(SEM_ACQUIRE, &key_args, &args, true, Route::Named)
+                self.eval_acked(&scripts::SEM_ACQUIRE, &key_args, &args, true, Route::Named)
                     .await?
             }
         };
@@ -949,7 +829,7 @@ impl LockService for RedisLock {
         self.unsettled = false;
         let items = match reply {
             Value::Array(items) => items,
-            other => return Err(unexpected(&other)),
+            other => return Err(self.unexpected(&other)),
         };
         match (items.first(), items.get(1)) {
             (Some(Value::Int(1)), Some(Value::Int(fence))) => {
@@ -983,37 +863,23 @@ impl LockService for RedisLock {
             }),
             (Some(Value::Int(-1)), Some(kind)) => {
                 let kind = as_string(kind).unwrap_or_default();
-                Err(LockError::Misuse(match (spec.limit, kind.as_str()) {
-                    (_, "foreign-zset") => format!(
-                        "key '{}' is a Redis sorted set that is not a lockrun semaphore: lockrun leaves it alone; choose another key",
-                        spec.key
-                    ),
-                    (None, "zset") => format!(
-                        "key '{}' is a semaphore (used with --limit); use the same --limit for every lockrun on it",
-                        spec.key
-                    ),
-                    (Some(_), "string") => format!(
-                        "key '{}' is a plain lock (used without --limit); a semaphore needs a key of its own",
-                        spec.key
-                    ),
-                    _ => format!(
-                        "key '{}' holds a Redis {kind}, not a lock; choose another key",
-                        spec.key
-                    ),
-                }))
+                let key = spec.key.clone();
+                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
+                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                    (None, "zset") => Misuse::IsSemaphore { key },
+                    (Some(_), "string") => Misuse::IsPlainLock { key },
+                    _ => Misuse::Foreign { key, found: kind },
+                })))
             }
             (Some(Value::Int(-2)), Some(key)) => {
                 let key = as_string(key).unwrap_or_default();
-                Err(LockError::Misuse(if key == keys.fence {
-                    format!(
-                        "the fencing counter '{key}' is not a whole number (changed by hand?); delete it: \
-                         fencing numbers then resume above the server's clock, so they still increase"
-                    )
+                Err(self.error(Kind::Misuse(if key == keys.fence {
+                    Misuse::SpoiledFence { helper: key }
                 } else {
-                    format!("the waiter queue key '{key}' is not a sorted set (changed by hand?); delete it")
-                }))
+                    Misuse::SpoiledQueue { helper: key }
+                })))
             }
-            _ => Err(unexpected(&Value::Array(items))),
+            _ => Err(self.unexpected(&Value::Array(items))),
         }
     }
 
@@ -1033,9 +899,9 @@ impl LockService for RedisLock {
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let ttl = spec.ttl.as_millis().to_string();
         let script = if spec.limit.is_some() {
-            SEM_RENEW
+            &scripts::SEM_RENEW
         } else {
-            RENEW
+            &scripts::RENEW
         };
         let (reply, acked) = self
             // Behind Sentinel on the primary a majority names now, and only then (see
@@ -1054,7 +920,7 @@ impl LockService for RedisLock {
             // (the watchdog retries until then).
             Value::Int(1) => acked.map(|()| Renew::Renewed),
             Value::Int(0) => Ok(Renew::NotOwner),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
 
@@ -1073,11 +939,11 @@ impl LockService for RedisLock {
         // presented in its place hashes to something else.
         let id = super::public_id(token);
         let (reply, _) = self
-            .eval_acked(HELD_BY, &[&spec.key], &[&id], false, Route::Named)
+            .eval_acked(&scripts::HELD_BY, &[&spec.key], &[&id], false, Route::Named)
             .await?;
         match reply {
             Value::Int(n) => Ok(n == 1),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
 
@@ -1090,9 +956,10 @@ impl LockService for RedisLock {
         let keys = Keys::of(&spec.key);
         let limit = spec.limit.unwrap_or(0).to_string();
         let history = history_args(spec, holder, None, note);
-        let args = with_history(&[&holder.id, &limit, &keys.channel], &history);
+        let publish = self.publish();
+        let args = with_history(&[&holder.id, &limit, &keys.channel, publish], &history);
         self.eval_acked(
-            LEAVE,
+            &scripts::LEAVE,
             &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
             &args,
             false,
@@ -1142,14 +1009,18 @@ impl RedisLock {
         // Round up: keeping a millisecond too long is harmless, too short is not.
         let keep = keep_for.as_micros().div_ceil(1000).to_string();
         let script = if spec.limit.is_some() {
-            SEM_RELEASE
+            &scripts::SEM_RELEASE
         } else {
-            RELEASE
+            &scripts::RELEASE
         };
         let keys = Keys::of(&spec.key);
         let fence = (lease.fence > 0).then_some(lease.fence);
         let history = history_args(spec, &lease.holder, fence, note);
-        let args = with_history(&[&lease.holder.value, &keep, &keys.channel], &history);
+        let publish = self.publish();
+        let args = with_history(
+            &[&lease.holder.value, &keep, &keys.channel, publish],
+            &history,
+        );
         let (reply, acked) = self
             // Behind Sentinel on the primary named now: "released" means deleted where the
             // key lives, not on a replaced primary that still accepts writes.
@@ -1162,7 +1033,7 @@ impl RedisLock {
             )
             .await
             .map_err(Failed::into_error)?;
-        if let Err(e @ LockError::Unavailable(_)) = acked {
+        if let Some(e) = acked.err().filter(LockError::is_outage) {
             // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
             // The key is deleted on the primary; if a failover loses that, it only lingers
             // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
@@ -1172,18 +1043,9 @@ impl RedisLock {
             Value::Int(1) => Ok(Release::Deleted),
             Value::Int(2) => Ok(Release::Kept(keep_for)),
             Value::Int(0) => Ok(Release::NotOwner),
-            other => Err(unexpected(&other)),
+            other => Err(self.unexpected(&other)),
         }
     }
-}
-
-/// A reply none of lockrun's scripts gives: whatever answered is not a Redis that ran them
-/// (a proxy or a fake answering +OK to everything). Refused, not retried: it will not change.
-pub(super) fn unexpected(v: &Value) -> LockError {
-    let shown: String = format!("{v:?}").chars().take(80).collect();
-    LockError::Refused(format!(
-        "the server is not a usable Redis for lockrun: its reply to the lock script was {shown}"
-    ))
 }
 
 pub(super) fn as_string(v: &Value) -> Option<String> {
@@ -1192,19 +1054,5 @@ pub(super) fn as_string(v: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         Value::Okay => Some("OK".into()),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn precomputed_script_names_are_their_sha1() {
-        for (script, sha) in &PRECOMPUTED {
-            let want = sha1_smol::Sha1::from(script).digest().to_string();
-            assert_eq!(std::str::from_utf8(sha).unwrap(), want);
-            assert_eq!(script_sha(script), want);
-        }
     }
 }

@@ -15,9 +15,9 @@
 //! - **No queue**: a fair queue would need a majority of its own; waiters retry after a jittered
 //!   delay instead (no FIFO order under Redlock).
 
+use super::failure::{At, Cause, Kind, NoMajority};
 use super::redis::RedisLock;
 use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
-use crate::duration::Human;
 use futures_util::future::join_all;
 use std::future::Future;
 use std::time::Duration;
@@ -72,10 +72,7 @@ struct Tally<T> {
 
 impl<T> Tally<T> {
     fn first_misuse(&mut self) -> Option<LockError> {
-        let i = self
-            .failed
-            .iter()
-            .position(|(_, e)| matches!(e, LockError::Misuse(_)))?;
+        let i = self.failed.iter().position(|(_, e)| e.is_misuse())?;
         Some(self.failed.swap_remove(i).1)
     }
 
@@ -85,13 +82,8 @@ impl<T> Tally<T> {
         self.failed
             .iter()
             .map(|(_, e)| e)
-            .find(|e| matches!(e, LockError::Local(_)))
-            .or_else(|| {
-                self.failed
-                    .iter()
-                    .map(|(_, e)| e)
-                    .find(|e| matches!(e, LockError::Refused(_)))
-            })
+            .find(|e| e.is_local())
+            .or_else(|| self.failed.iter().map(|(_, e)| e).find(|e| e.is_refusal()))
             .or_else(|| self.failed.first().map(|(_, e)| e))
     }
 }
@@ -155,11 +147,10 @@ impl Redlock {
             .map(|(reply, node)| {
                 reply.unwrap_or_else(|| {
                     node.disconnect();
-                    Err(LockError::Unavailable(format!(
-                        "Redis at {} unavailable: no reply within {} (--node-timeout)",
+                    Err(LockError::on(
                         node.shown(),
-                        Human(limit)
-                    )))
+                        Kind::Unavailable(Cause::NodeTimeout(limit)),
+                    ))
                 })
             })
             .collect()
@@ -230,11 +221,24 @@ impl Redlock {
         self.unsettled = false;
     }
 
-    fn no_majority(&self, what: &str, got: usize, failure: Option<&LockError>) -> String {
-        let n = self.nodes.len();
-        let q = self.quorum();
-        let why = failure.map_or(String::new(), |e| format!(": {e}"));
-        format!("no majority of the {n} Redis masters {what} ({got} did, {q} needed){why}")
+    /// No majority did `what` (`got` did), `worst` speaking for the failures; `as_worst`: the
+    /// error counts as that failure does (see [`NoMajority::as_worst`]).
+    fn no_majority(
+        &self,
+        what: &'static str,
+        got: usize,
+        worst: Option<&LockError>,
+        as_worst: bool,
+    ) -> LockError {
+        let verdict = NoMajority {
+            what,
+            masters: self.nodes.len(),
+            got,
+            needed: self.quorum(),
+            worst: worst.cloned(),
+            as_worst,
+        };
+        LockError::new(Kind::NoMajority(Box::new(verdict)), At::Nowhere)
     }
 }
 
@@ -302,17 +306,14 @@ impl LockService for Redlock {
         let granted = fences.len();
         if granted >= self.quorum() {
             self.outage = true;
-            return Err(LockError::Unavailable(format!(
-                "the Redis masters took {} to grant the lock, too long for its TTL of {} (drift allowance {}); given back",
-                Human(elapsed),
-                Human(spec.ttl),
-                Human(self.drift(spec.ttl))
-            )));
+            let slow = Cause::SlowGrant {
+                took: elapsed,
+                ttl: spec.ttl,
+                drift: self.drift(spec.ttl),
+            };
+            return Err(LockError::new(Kind::Unavailable(slow), At::Nowhere));
         }
-        let refused = t
-            .failed
-            .iter()
-            .any(|(_, e)| matches!(e, LockError::Refused(_)));
+        let refused = t.failed.iter().any(|(_, e)| e.is_refusal());
         let others = held_by_other.iter().filter(|h| **h).count();
         // A conflict only when it is one for sure, or when no refusal could have made the
         // difference: a refusal is a configuration mistake, and hiding it behind "held
@@ -331,12 +332,8 @@ impl LockService for Redlock {
             });
         }
         self.outage = true;
-        let msg = self.no_majority("granted the lock", granted, t.worst());
-        Err(match t.worst() {
-            Some(LockError::Refused(_)) => LockError::Refused(msg),
-            Some(LockError::Local(_)) => LockError::Local(msg),
-            _ => LockError::Unavailable(msg),
-        })
+        // A refusal or a local limit behind it is what to fix, not an outage to wait out.
+        Err(self.no_majority("granted the lock", granted, t.worst(), true))
     }
 
     /// Nothing to do after a failed acquire: it gave back on every node before it returned.
@@ -361,11 +358,7 @@ impl LockService for Redlock {
         if not_owner > self.nodes.len() - self.quorum() {
             return Ok(Renew::NotOwner);
         }
-        Err(LockError::Unavailable(self.no_majority(
-            "confirmed the renewal",
-            renewed,
-            t.worst(),
-        )))
+        Err(self.no_majority("confirmed the renewal", renewed, t.worst(), false))
     }
 
     async fn release(
@@ -389,11 +382,7 @@ impl LockService for Redlock {
         }
         match t.worst() {
             None => Ok(Release::NotOwner),
-            Some(_) => Err(LockError::Unavailable(self.no_majority(
-                "released the lock",
-                0,
-                t.worst(),
-            ))),
+            Some(_) => Err(self.no_majority("released the lock", 0, t.worst(), false)),
         }
     }
 
@@ -409,11 +398,12 @@ impl LockService for Redlock {
         if no > self.nodes.len() - self.quorum() {
             return Ok(false);
         }
-        Err(LockError::Unavailable(self.no_majority(
+        Err(self.no_majority(
             "answered whether this job holds the lock",
             yes,
             t.worst(),
-        )))
+            false,
+        ))
     }
 
     /// No queue to leave; the history entry goes to every node, as a release's does.

@@ -634,13 +634,16 @@ async fn dry_run(
     let replies = node.probe_all(&cmds, at).await?;
     let mut answers = Vec::new();
     for (probe, reply) in probes.iter().zip(replies) {
-        let access = match answer(reply, "ACL DRYRUN") {
-            // "OK", or a sentence saying what is not permitted.
-            Ok(Value::Okay) => Access::Allowed,
-            Ok(v) if text(&v).as_deref() == Some("OK") => Access::Allowed,
-            Ok(_) => Access::Denied,
-            Err(e) if e.contains("not found") || e.contains("nknown command") => Access::Unknown,
-            Err(e) => return Ok(Err(e)),
+        let access = match reply {
+            // The server knows no such command (or user): this check cannot say.
+            Probe::Error(e) if e.unknown => Access::Unknown,
+            reply => match answer(reply, "ACL DRYRUN") {
+                // "OK", or a sentence saying what is not permitted.
+                Ok(Value::Okay) => Access::Allowed,
+                Ok(v) if text(&v).as_deref() == Some("OK") => Access::Allowed,
+                Ok(_) => Access::Denied,
+                Err(e) => return Ok(Err(e)),
+            },
         };
         answers.push((probe.clone(), access));
     }

@@ -102,7 +102,7 @@ where
         }
     }
     if answers.len() < quorum(n) {
-        return Err(worst.unwrap_or_else(|| LockError::Unavailable("no answer".into())));
+        return Err(worst.unwrap_or_else(LockError::no_answer));
     }
     Ok(answers)
 }

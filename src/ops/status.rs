@@ -3,6 +3,7 @@
 
 use super::{ask_all, combine, print_json, rough, HolderInfo};
 use crate::exit_codes::ExitCode;
+use crate::lock::failure::Misuse;
 use crate::lock::inspect::Inspection;
 use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
@@ -14,10 +15,10 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
     let views = ask_all(nodes, async |node: &mut RedisLock| node.inspect(key).await).await?;
     let view = combine(n, views);
     if view.kind != "none" && view.kind != "string" && view.kind != "zset" {
-        return Err(LockError::Misuse(format!(
-            "key '{key}' is a Redis {}, not a lock",
-            view.kind
-        )));
+        return Err(LockError::misuse(Misuse::NotALock {
+            key: key.to_string(),
+            found: view.kind,
+        }));
     }
     let held = !view.holders.is_empty();
     if json {

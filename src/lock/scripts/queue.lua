@@ -80,7 +80,9 @@ local function dequeue(q, e, id)
   redis.call('ZREM', e, id)
 end
 
-local function wake_head(q, channel)
+-- `publish`: the caller's argument, PUBLISH or (on a Cluster, where the channel shares the
+-- lock's slot) SPUBLISH, so that the script's text is the same everywhere.
+local function wake_head(q, channel, publish)
   local head = redis.call('ZRANGE', q, 0, 0)
-  if head[1] then redis.call('PUBLISH', channel, head[1]) end
+  if head[1] then redis.call(publish, channel, head[1]) end
 end

@@ -1,7 +1,8 @@
 -- `lockrun release --force`: delete a lock or a whole semaphore whoever holds it, record it in
 -- the key's history, and wake the head of the queue (after prelude.lua and queue.lua).
 -- KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] fencing counter, KEYS[5] history
--- ARGV[1] wake channel, ARGV[2..] the history entry (see `note`)
+-- ARGV[1] wake channel, ARGV[2] the publish command (see `wake_head`), ARGV[3..] the history
+-- entry (see `note`)
 -- Returns {type, fence or '', the deleted holder values...}; type 'none' (nothing deleted) or
 -- another type than a lock's (nothing touched: not lockrun's) leaves everything as it was.
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -24,11 +25,11 @@ else
 end
 redis.call('DEL', KEYS[1])
 -- Always recorded (an operator's deletion is audited even for a key whose runs record nothing),
--- and trimmed only at the largest cap a run may ask for (the caller's ARGV[2]): the runs' own
+-- and trimmed only at the largest cap a run may ask for (the caller's ARGV[3]): the runs' own
 -- cap is theirs to apply.
-note(KEYS[5], 2, false, true)
+note(KEYS[5], 3, false, true)
 if not bad_queue(KEYS[2], KEYS[3]) then
   prune_queue(KEYS[2], KEYS[3], now_ms())
-  wake_head(KEYS[2], ARGV[1])
+  wake_head(KEYS[2], ARGV[1], ARGV[2])
 end
 return out

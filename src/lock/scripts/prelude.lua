@@ -21,8 +21,8 @@ local function get_or_wrongtype(k)
   return v
 end
 
--- A holder value as lockrun writes it: `<hex id> host=<h> pid=<n> started=<utc> …` (an older
--- lockrun's token in place of the id is hex too). What lockrun did not write is not its to touch.
+-- A holder value as lockrun writes it: `<hex id> host=<h> pid=<n> started=<utc> …`. What lockrun
+-- did not write is not its to touch.
 local function holder_shaped(v)
   return type(v) == 'string' and string.find(v, '^%x+ host=%S* pid=%d+ started=%S') ~= nil
 end
@@ -75,7 +75,7 @@ end
 
 -- Appends one entry (field/value pairs) to a key's history stream `h`, trimmed to about `cap`
 -- entries (approximate trimming drops whole stream nodes: cheap). Best effort by design: pcall,
--- so a server that refuses XADD (an older ACL line, maxmemory) or a history key spoiled by hand
+-- so a server that refuses XADD (an ACL line without it, maxmemory) or a history key spoiled by hand
 -- never changes a run's outcome; a key of another type makes XADD fail without writing, which is
 -- the type check.
 -- A stream is never left without an expiry: the entry goes in with NOMKSTREAM, and only when

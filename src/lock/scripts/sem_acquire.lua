@@ -3,8 +3,8 @@
 -- clock (TIME), so no client clock is ever compared with another.
 -- KEYS[1] semaphore, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] limit,
--- ARGV[6] wake channel, ARGV[7] history cap, for an attempt that ends the run (KEYS[5]
--- history; see `note_skipped`)
+-- ARGV[6] wake channel, ARGV[7] the publish command (see `wake_head`), ARGV[8] history cap,
+-- for an attempt that ends the run (KEYS[5] history; see `note_skipped`)
 -- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
 -- {-2, helper key}. Nothing is written before every check has passed.
 local refused, kind, counter, us, now = preflight('zset')
@@ -22,11 +22,11 @@ if mine or rank(KEYS[3], ARGV[3]) < free then
   redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   -- More slots free: the next waiter need not wait for a release.
-  if not mine and free > 1 then wake_head(KEYS[3], ARGV[6]) end
+  if not mine and free > 1 then wake_head(KEYS[3], ARGV[6], ARGV[7]) end
   return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
 end
 local ticket = tonumber(ARGV[4])
-if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 7) end
+if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 8) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[1] then
   return {0, math.max(0, tonumber(first[2]) - now), first[1], rank(KEYS[3], ARGV[3])}
