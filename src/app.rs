@@ -648,3 +648,533 @@ fn held_with(key: &str, token: &str, fence: u64) -> String {
 fn key_digest(key: &str) -> String {
     crate::lock::public_id(key)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The lock's part of a run against a fake lock and a fake source of stop signals, on
+    //! paused time: each case takes milliseconds, however long the waits it goes through.
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// The errors the fake answers with, made in one place.
+    fn outage() -> LockError {
+        LockError::Unavailable("Redis unavailable: connection refused".into())
+    }
+    fn refusal() -> LockError {
+        LockError::Refused("NOPERM this user has no permissions".into())
+    }
+    fn misuse() -> LockError {
+        LockError::Misuse("WRONGTYPE the key holds another type".into())
+    }
+
+    /// What the fake answers an acquire with.
+    enum Answer {
+        Acquired(u64),
+        Held {
+            pttl: Option<Duration>,
+            rank: Option<u64>,
+        },
+        Fail(fn() -> LockError),
+    }
+
+    fn held() -> Answer {
+        Answer::Held {
+            pttl: Some(Duration::from_secs(20)),
+            rank: Some(1),
+        }
+    }
+
+    /// A lock that answers from a script and writes down every call, in order.
+    #[derive(Default)]
+    struct Fake {
+        /// Answers to the acquires, in turn; the last one repeats.
+        answers: VecDeque<Answer>,
+        /// How long an acquire takes to answer.
+        acquire_takes: Duration,
+        /// The subscription's error, each time it is asked for.
+        subscribe_fails: Option<fn() -> LockError>,
+        /// Answers to the releases, in turn; then `Deleted`.
+        releases: VecDeque<Result<Release, fn() -> LockError>>,
+        calls: Vec<String>,
+        /// How long each wait for a turn was allowed to be.
+        sleeps: Vec<Duration>,
+        /// `keep` of each release.
+        keeps: Vec<Duration>,
+    }
+
+    fn outcome(note: Option<&Note>) -> &'static str {
+        note.map_or("-", |n| n.outcome.as_str())
+    }
+
+    impl LockService for Fake {
+        async fn subscribe_wakeups(&mut self, _: &LockSpec) -> Result<(), LockError> {
+            self.calls.push("subscribe".into());
+            self.subscribe_fails.map_or(Ok(()), |e| Err(e()))
+        }
+        async fn acquire(
+            &mut self,
+            spec: &LockSpec,
+            holder: &Holder,
+            _: bool,
+        ) -> Result<Acquire, LockError> {
+            self.calls.push("acquire".into());
+            tokio::time::sleep(self.acquire_takes).await;
+            let answer = match self.answers.len() {
+                0 => panic!("no answer scripted"),
+                1 => &self.answers[0],
+                _ => &self.answers.pop_front().unwrap(),
+            };
+            match answer {
+                Answer::Acquired(fence) => {
+                    let mut lease = Lease::phantom(spec, holder);
+                    lease.fence = *fence;
+                    Ok(Acquire::Acquired(lease))
+                }
+                Answer::Held { pttl, rank } => Ok(Acquire::Held {
+                    holder: None,
+                    pttl: *pttl,
+                    rank: *rank,
+                }),
+                Answer::Fail(e) => Err(e()),
+            }
+        }
+        async fn give_back(&mut self, _: &LockSpec, _: &Holder) {
+            self.calls.push("give_back".into());
+        }
+        async fn renew(&mut self, _: &LockSpec, _: &Lease) -> Result<Renew, LockError> {
+            unreachable!("the job's part is the caller's")
+        }
+        async fn release(
+            &mut self,
+            _: &LockSpec,
+            _: &Lease,
+            keep: Duration,
+            note: Option<&Note>,
+        ) -> Result<Release, LockError> {
+            self.calls.push(format!("release:{}", outcome(note)));
+            self.keeps.push(keep);
+            match self.releases.pop_front() {
+                None => Ok(Release::Deleted),
+                Some(r) => r.map_err(|e| e()),
+            }
+        }
+        async fn is_held_by(&mut self, _: &LockSpec, _: &str) -> Result<bool, LockError> {
+            unreachable!("reentrancy is decided before the lock's part")
+        }
+        async fn leave_queue(
+            &mut self,
+            _: &LockSpec,
+            _: &Holder,
+            note: Option<&Note>,
+        ) -> Result<(), LockError> {
+            self.calls.push(format!("leave:{}", outcome(note)));
+            Ok(())
+        }
+        async fn wait_for_turn(&mut self, _: &Holder, max: Duration) {
+            self.calls.push("wait".into());
+            self.sleeps.push(max);
+            tokio::time::sleep(max).await;
+        }
+    }
+
+    use crate::lock::Renew;
+
+    /// One stop signal, `after` the run's start; `quiet`: seen only by `take_abort`, as a
+    /// signal that arrived while an attempt was finishing.
+    #[derive(Default)]
+    struct FakeStops {
+        at: Option<(Instant, i32)>,
+        quiet: bool,
+        interrupted: Option<i32>,
+    }
+
+    impl FakeStops {
+        fn after(d: Duration, sig: i32) -> FakeStops {
+            FakeStops {
+                at: Some((Instant::now() + d, sig)),
+                ..FakeStops::default()
+            }
+        }
+
+        fn deliver(&mut self) -> Option<i32> {
+            let (_, sig) = self.at.take()?;
+            self.interrupted.get_or_insert(sig);
+            Some(sig)
+        }
+    }
+
+    impl Stops for FakeStops {
+        fn take_abort(&mut self) -> Option<i32> {
+            match self.at {
+                Some((t, _)) if Instant::now() >= t => self.deliver(),
+                _ => None,
+            }
+        }
+        async fn next_stop(&mut self) -> Option<i32> {
+            match self.at {
+                Some((t, _)) if !self.quiet => {
+                    tokio::time::sleep_until(t).await;
+                    self.deliver()
+                }
+                _ => std::future::pending().await,
+            }
+        }
+        fn interrupted(&self) -> Option<i32> {
+            self.interrupted
+        }
+    }
+
+    const CONFLICT: u8 = 75;
+
+    /// What a case's run came to.
+    struct Ran {
+        code: ExitCode,
+        record: RunRecord,
+        took: Duration,
+    }
+
+    /// The lock's part of one run of key `k` with `wait`; each held turn's part is the next of
+    /// `turns` (then: the job ran and exited 0).
+    async fn run(lock: &mut Fake, wait: Wait, stops: &mut FakeStops, turns: Vec<Turn>) -> Ran {
+        let spec = LockSpec {
+            key: "k".into(),
+            ttl: Duration::from_secs(30),
+            limit: None,
+            history: 100,
+            every: None,
+        };
+        let holder = Holder::new(std::ffi::OsStr::new("job"));
+        let began = Instant::now();
+        let mut waiter = Waiter::new(&spec, &holder, wait, began);
+        let mut record = RunRecord::begin("k");
+        let mut turns = VecDeque::from(turns);
+        let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| {
+            lock.calls.push("start".into());
+            turns.pop_front().unwrap_or(Turn::Done {
+                code: ExitCode::Command(0),
+                keep: Duration::ZERO,
+            })
+        };
+        let code = take_turns(lock, &mut waiter, stops, &mut record, CONFLICT, start).await;
+        Ran {
+            code,
+            record,
+            took: began.elapsed(),
+        }
+    }
+
+    fn fake(answers: Vec<Answer>) -> Fake {
+        Fake {
+            answers: answers.into(),
+            ..Fake::default()
+        }
+    }
+
+    const ONCE: Wait = Wait::For(Duration::ZERO);
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+    const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+    #[tokio::test(start_paused = true)]
+    async fn acquired_at_once_the_job_runs_and_the_lock_is_released_once() {
+        let mut lock = fake(vec![Answer::Acquired(7)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
+        assert_eq!(ran.record.fence, 7);
+        assert!(!ran.record.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_left_goes_to_the_release() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            code: ExitCode::Command(0),
+            keep: SECS(50),
+        }];
+        run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(lock.keeps, [SECS(50)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_without_a_wait_is_a_conflict_without_queue_or_leave() {
+        let mut lock = fake(vec![held()]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        // The attempt itself recorded the skip: no subscription, no leave, no release.
+        assert_eq!(lock.calls, ["acquire"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_until_the_wait_runs_out_leaves_the_queue_as_skipped() {
+        let mut lock = fake(vec![held()]);
+        let ran = run(
+            &mut lock,
+            Wait::For(MS(2500)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        // A heartbeat each, the last sleep cut to what is left of the wait.
+        assert_eq!(lock.sleeps, [SECS(1), SECS(1), MS(500)]);
+        assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
+        assert!(!lock.calls.iter().any(|c| c.starts_with("release")));
+        assert_eq!(ran.took, MS(2500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_while_waiting_leaves_the_queue_as_aborted() {
+        let mut lock = fake(vec![held()]);
+        let mut stops = FakeStops::after(MS(1500), libc::SIGTERM);
+        let ran = run(&mut lock, Wait::Forever, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGTERM));
+        assert_eq!(ran.took, MS(1500), "at once, not at the next look");
+        assert_eq!(lock.calls.last().unwrap(), "leave:aborted");
+        assert!(!lock.calls.iter().any(|c| c == "give_back" || c == "start"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_during_the_attempt_gives_back_once_then_leaves() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.acquire_takes = SECS(5);
+        let mut stops = FakeStops::after(MS(100), libc::SIGINT);
+        let ran = run(&mut lock, Wait::For(SECS(10)), &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGINT));
+        assert_eq!(ran.took, MS(100));
+        assert_eq!(
+            lock.calls,
+            ["subscribe", "acquire", "give_back", "leave:aborted"]
+        );
+        // Without a wait there is no queue to leave.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.acquire_takes = SECS(5);
+        let mut stops = FakeStops::after(MS(100), libc::SIGTERM);
+        let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGTERM));
+        assert_eq!(lock.calls, ["acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_that_lands_with_the_lease_releases_it_unstarted() {
+        let mut lock = fake(vec![Answer::Acquired(3)]);
+        lock.acquire_takes = MS(100);
+        let mut stops = FakeStops {
+            quiet: true,
+            ..FakeStops::after(MS(50), libc::SIGHUP)
+        };
+        let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGHUP));
+        assert_eq!(lock.calls, ["acquire", "release:aborted"]);
+        assert_eq!(ran.record.fence, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_while_waiting_is_retried_until_the_lock_is_taken() {
+        let mut lock = fake(vec![
+            Answer::Fail(outage),
+            Answer::Fail(outage),
+            Answer::Acquired(9),
+        ]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(10)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.sleeps, [SECS(1), SECS(1)]);
+        assert!(!lock.calls.iter().any(|c| c == "give_back"));
+        assert_eq!(lock.calls.last().unwrap(), "release:ran");
+        assert_eq!(ran.record.fence, 9);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_without_a_wait_exits_69_and_gives_back() {
+        let mut lock = fake(vec![Answer::Fail(outage)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls, ["acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_when_the_wait_has_run_out_exits_69() {
+        let mut lock = fake(vec![held(), Answer::Fail(outage)]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(1)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls.last().unwrap(), "give_back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_subscription_while_waiting_leaves_and_exits_69() {
+        let mut lock = fake(vec![held()]);
+        lock.subscribe_fails = Some(refusal);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls, ["subscribe", "leave:-"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_outage_is_no_reason_to_stop_waiting() {
+        let mut lock = fake(vec![held(), Answer::Acquired(2)]);
+        lock.subscribe_fails = Some(outage);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.sleeps, [SECS(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn misuse_is_a_usage_error_at_once_even_while_waiting() {
+        let mut lock = fake(vec![Answer::Fail(misuse)]);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Usage);
+        assert_eq!(lock.calls, ["subscribe", "acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_in_line_sleeps_no_longer_than_the_holders_lease() {
+        let next = Answer::Held {
+            pttl: Some(MS(200)),
+            rank: Some(0),
+        };
+        let mut lock = fake(vec![next, Answer::Acquired(4)]);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        let slept = lock.sleeps[0];
+        // The lease's end plus a jitter below 5 ms + 1 % of it.
+        assert!(slept >= MS(200) && slept < MS(207), "{slept:?}");
+        // Further back in the queue, or a holder without a lease end: the heartbeat.
+        assert_eq!(next_look(Some(MS(200)), Some(1)), HEARTBEAT);
+        assert_eq!(next_look(None, Some(0)), HEARTBEAT);
+        assert_eq!(next_look(Some(SECS(20)), Some(0)), HEARTBEAT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_is_retried_twice_on_an_outage_then_left_to_the_ttl() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases =
+            VecDeque::from([Err(outage as fn() -> LockError), Err(outage), Err(outage)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        // The job's code stands; the key expires by its TTL.
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(
+            lock.calls,
+            [
+                "acquire",
+                "start",
+                "release:ran",
+                "release:ran",
+                "release:ran"
+            ]
+        );
+        assert!(!ran.record.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_found_not_ours_at_release_after_the_job_ran_is_a_lost_lock() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = VecDeque::from([Ok(Release::NotOwner)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert!(ran.record.lost);
+        assert_eq!(
+            release_of(Release::NotOwner, Outcome::Aborted).await,
+            Released::Done,
+            "only a job that ran can have run without the lock"
+        );
+    }
+
+    /// What one release that finds `found` comes to, for a run that ended as `outcome`.
+    async fn release_of(found: Release, outcome: Outcome) -> Released {
+        let mut lock = Fake {
+            releases: VecDeque::from([Ok(found)]),
+            ..Fake::default()
+        };
+        let spec = LockSpec {
+            key: "k".into(),
+            ttl: SECS(30),
+            limit: None,
+            history: 0,
+            every: None,
+        };
+        let lease = Lease::phantom(&spec, &Holder::new(std::ffi::OsStr::new("job")));
+        let note = Note {
+            outcome,
+            exit_code: Some(0),
+            duration: Duration::ZERO,
+        };
+        release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_not_ours_on_a_retried_release_is_not_a_lost_lock() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = VecDeque::from([Err(outage as fn() -> LockError), Ok(Release::NotOwner)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        // Most likely the first attempt deleted the key and only its reply was lost.
+        assert!(!ran.record.lost);
+        assert_eq!(lock.calls.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_expired_before_the_start_while_waiting_is_given_back_and_taken_again() {
+        let mut lock = fake(vec![Answer::Acquired(1), Answer::Acquired(2)]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(10)),
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        // The first lease goes back without a history entry: the run's is written once.
+        assert_eq!(
+            lock.calls,
+            [
+                "subscribe",
+                "acquire",
+                "start",
+                "release:-",
+                "subscribe",
+                "acquire",
+                "start",
+                "release:ran"
+            ]
+        );
+        assert_eq!(ran.record.fence, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_expired_before_the_start_without_a_wait_skips_the_run() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let ran = run(
+            &mut lock,
+            ONCE,
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert_eq!(lock.calls, ["acquire", "start", "release:skipped"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_that_could_not_start_gives_the_tick_back_as_an_error() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            code: ExitCode::NotFound,
+            keep: Duration::ZERO,
+        }];
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(ran.code, ExitCode::NotFound);
+        assert_eq!(lock.calls, ["acquire", "start", "release:error"]);
+        assert_eq!(lock.keeps, [Duration::ZERO]);
+    }
+}
