@@ -112,7 +112,7 @@ fn operate(verb: cli::verbs::Verb) -> ExitCode {
     if let Err(code) = logging::init_logging(&verb.common().logs) {
         return code;
     }
-    let nodes = match plan::connection(&verb.common().conn) {
+    let nodes = match plan::operation(&verb) {
         Ok(nodes) => nodes,
         Err(usage) => {
             tracing::error!("{usage}");

@@ -1,5 +1,5 @@
 //! Resolve: the parsed command line and the environment become a validated plan, for a run
-//! ([`resolve`]) or for the operators' commands' connection ([`connection`]).
+//! ([`resolve`]) or for an operators' command ([`operation`]: its servers).
 //!
 //! This is the one place usage errors (exit 64) about the options come from after parsing:
 //! URLs split and parsed, passwords read, timeouts computed, topology rules checked. What comes
@@ -7,6 +7,7 @@
 //! files named by options (passwords, TLS certificates) are read, since a bad one is a usage
 //! error.
 
+use crate::cli::verbs::Verb;
 use crate::cli::{Args, Connection, OnLost};
 use crate::duration::{Human, Wait};
 use crate::lock::backend::Backend;
@@ -84,9 +85,25 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
 /// operator waits longer than a lock's renewal could, but not for the OS's TCP timeout.
 const OPERATOR_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The servers an operators' command asks, once its own rules are checked: `release` deletes
+/// only with `--force`.
+pub fn operation(verb: &Verb) -> Result<Vec<RedisLock>, Usage> {
+    if let Verb::Release(v) = verb {
+        if !v.force {
+            let key = &v.key;
+            return Err(Usage(format!(
+                "not deleting '{key}' without --force: a job that still holds it keeps running \
+                 until its next renewal (up to TTL/3) while another may start; check with \
+                 'lockrun status {key}'"
+            )));
+        }
+    }
+    connection(&verb.common().conn)
+}
+
 /// The operators' commands' servers: one client per URL (several: Redlock masters), nothing
 /// connected yet.
-pub fn connection(conn: &Connection) -> Result<Vec<RedisLock>, Usage> {
+fn connection(conn: &Connection) -> Result<Vec<RedisLock>, Usage> {
     let urls = urls(&conn.redis)?;
     let timeout = conn.node_timeout.unwrap_or(OPERATOR_TIMEOUT);
     let access = access(conn)?;

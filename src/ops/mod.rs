@@ -22,13 +22,13 @@ use std::time::Duration;
 use tracing::error;
 
 /// One operators' command on `nodes`: the servers its connection options name, resolved
-/// (`plan::connection`), nothing connected yet.
+/// (`plan::operation`), nothing connected yet.
 pub async fn main(verb: Verb, mut nodes: Vec<RedisLock>) -> ExitCode {
     let json = verb.common().json;
     let result = match &verb {
         Verb::Status(v) => status::run(&mut nodes, &v.key, json).await,
         Verb::List(v) => list::run(&mut nodes, &v.pattern, v.all, json).await,
-        Verb::Release(v) => release::run(&mut nodes, &v.key, v.force, json).await,
+        Verb::Release(v) => release::run(&mut nodes, &v.key, json).await,
         Verb::History(v) => history::run(&mut nodes, &v.key, v.count, json).await,
         Verb::Doctor(v) => doctor::run(&mut nodes, v.key.as_deref(), json).await,
     };
