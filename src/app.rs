@@ -2,7 +2,7 @@
 //! run the held job under the watchdog, release once, and report how it ended.
 //!
 //! [`run`] wires the real pieces together; the lock's part (the waiting loop, give-up, leave
-//! and release) is [`turn`], tested against fakes.
+//! and release) is `turn`, tested against fakes.
 
 mod turn;
 

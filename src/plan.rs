@@ -41,7 +41,7 @@ pub struct Plan {
     /// The command and its arguments; the name is not empty.
     pub command: Vec<OsString>,
     pub wait: Wait,
-    /// How long the key stays after the acquire when the job ends sooner ([`hold`]).
+    /// How long the key stays after the acquire when the job ends sooner (see `hold`).
     pub hold: Duration,
     pub conflict_exit_code: u8,
     pub kill_after: Duration,
