@@ -248,94 +248,6 @@ pub struct Logs {
     pub log_format: Format,
 }
 
-impl Connection {
-    /// The Redis URLs: every `--redis` (or `LOCKRUN_REDIS_URL`), each split by [`split_urls`].
-    /// One is a single server; 3 or more are Redlock masters; 2 is refused, since a majority
-    /// of 2 is both, so either one failing would stop every lockrun.
-    pub fn urls(&self) -> Result<Vec<String>, String> {
-        let urls: Vec<String> = self.redis.iter().flat_map(|u| split_urls(u)).collect();
-        if urls.len() == 2 {
-            return Err(
-                "2 Redis URLs given: Redlock needs a majority that survives a failed node, \
-                 so give 3 or more independent masters (or 1)"
-                    .into(),
-            );
-        }
-        // The same master twice (however it is spelled) is refused once the URLs are parsed:
-        // `lock::redlock::distinct`.
-        Ok(urls)
-    }
-}
-
-impl Args {
-    /// How long the key stays after the acquire when the job ends sooner: `--min-hold`, else
-    /// what `--every` implies ([`hold_for`]), else nothing. Refused: `--every` with a wait (a
-    /// waiter would run the tick again once the hold ends) and a `--min-hold` that reaches the
-    /// next tick (every host would find the previous tick's hold and the tick would be lost).
-    pub fn hold(&self) -> Result<Duration, String> {
-        let Some(every) = self.every else {
-            return Ok(self.min_hold.unwrap_or_default());
-        };
-        if !self.wait.is_zero() {
-            return Err(
-                "--every cannot be used with --wait: a host that waited would run the \
-                        tick again once the previous holder's hold ends (a tick is run once, \
-                        the other hosts skip it)"
-                    .into(),
-            );
-        }
-        match self.min_hold {
-            Some(hold) if hold >= every => Err(format!(
-                "--min-hold {} must be shorter than --every {}: a hold that reaches the next \
-                 tick makes every host skip it",
-                duration::Human(hold),
-                duration::Human(every)
-            )),
-            Some(hold) => Ok(hold),
-            None => Ok(hold_for(every)),
-        }
-    }
-
-    /// [`Connection::urls`], and semaphores need one server.
-    pub fn redis_urls(&self) -> Result<Vec<String>, String> {
-        let urls = self.conn.urls()?;
-        match urls.len() {
-            n if n > 2 && self.limit.is_some() => Err(format!(
-                "--limit cannot be used with {n} Redis masters: a majority per holder does not \
-                 bound the number of holders (with 3 masters and --limit 2, three holders can \
-                 each hold 2 of the 3)"
-            )),
-            _ => Ok(urls),
-        }
-    }
-}
-
-/// Splits a list of URLs at each comma that is immediately followed by a URL scheme
-/// (`[a-z][a-z0-9+]*://`). Only there: a Sentinel or Cluster URL has commas of its own in its
-/// host list (`redis+sentinel://h1:26379,h2:26379/name`) and stays one URL.
-pub fn split_urls(list: &str) -> Vec<String> {
-    let starts_with_scheme = |s: &str| {
-        let Some(colon) = s.find("://") else {
-            return false;
-        };
-        let scheme = &s.as_bytes()[..colon];
-        scheme.first().is_some_and(u8::is_ascii_lowercase)
-            && scheme
-                .iter()
-                .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'+')
-    };
-    let mut urls = Vec::new();
-    let mut start = 0;
-    for (i, _) in list.match_indices(',') {
-        if starts_with_scheme(&list[i + 1..]) {
-            urls.push(list[start..i].to_string());
-            start = i + 1;
-        }
-    }
-    urls.push(list[start..].to_string());
-    urls
-}
-
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let ttl = duration::parse(s)?;
     if ttl < MIN_TTL || ttl > MAX_TTL {
@@ -354,18 +266,6 @@ fn parse_every(s: &str) -> Result<Duration, String> {
         return Err("--every must be between 2s and 366d".into());
     }
     Ok(d)
-}
-
-/// How long the key stays after the acquire when the job is quicker: for `--every P`, P less a
-/// tenth of it (at least 1 s). Why that margin: the hold must cover the spread of the hosts'
-/// firings of one tick (clock offsets, cron's sub-second start fraction), or a late host runs
-/// the tick again; and it must end before the holder's own next firing, or every host finds
-/// the previous tick's hold and the tick is lost. Firings are delayed far more often than they
-/// come early (a loaded host, a paused VM), so most of the period goes to the first; the tenth
-/// left covers cron's sub-second drift, a daily job's 23-hour day at a DST change and a monthly
-/// job's short February (`--every 30d`).
-pub fn hold_for(every: Duration) -> Duration {
-    every.saturating_sub((every / 10).max(Duration::from_secs(1)))
 }
 
 fn parse_min_hold(s: &str) -> Result<Duration, String> {
@@ -783,81 +683,7 @@ mod tests {
     }
 
     #[test]
-    fn url_lists_split_only_before_a_scheme() {
-        assert_eq!(split_urls("redis://a"), ["redis://a"]);
-        assert_eq!(
-            split_urls("redis://a:1,rediss://b,unix:///s.sock,redis+unix:///t?db=1"),
-            [
-                "redis://a:1",
-                "rediss://b",
-                "unix:///s.sock",
-                "redis+unix:///t?db=1"
-            ]
-        );
-        // Host lists of Sentinel and Cluster URLs keep their commas.
-        assert_eq!(
-            split_urls("redis+sentinel://h1:26379,h2:26379/name,redis://c"),
-            ["redis+sentinel://h1:26379,h2:26379/name", "redis://c"]
-        );
-        assert_eq!(
-            split_urls("redis+cluster://h1:7000,h2:7001"),
-            ["redis+cluster://h1:7000,h2:7001"]
-        );
-        // A comma in a password, or before something that is no scheme, does not split.
-        assert_eq!(
-            split_urls("redis://:p,w@a,redis://b"),
-            ["redis://:p,w@a", "redis://b"]
-        );
-        assert_eq!(split_urls("redis://a,Redis://b"), ["redis://a,Redis://b"]);
-        assert_eq!(split_urls("redis://a,1x://b"), ["redis://a,1x://b"]);
-    }
-
-    #[test]
-    fn one_two_or_several_masters() {
-        let urls = |args: &[&str]| parse(args).unwrap().redis_urls();
-        assert_eq!(
-            urls(&["-r", "redis://a", "-r", "redis://b,redis://c", "k", "true"]).unwrap(),
-            ["redis://a", "redis://b", "redis://c"]
-        );
-        assert!(urls(&["-r", "redis://a,redis://b", "k", "true"]).is_err());
-        assert!(urls(&["-r", "redis://a", "-r", "redis://b", "k", "true"]).is_err());
-        let limited = [
-            "-r",
-            "redis://a,redis://b,redis://c",
-            "-l",
-            "2",
-            "k",
-            "true",
-        ];
-        assert!(urls(&limited).unwrap_err().contains("--limit"));
-        assert!(urls(&["-r", "redis://a", "-l", "2", "k", "true"]).is_ok());
-    }
-
-    #[test]
-    fn every_gives_the_hold_and_refuses_what_would_lose_or_repeat_a_tick() {
-        let secs = Duration::from_secs;
-        assert_eq!(hold_for(secs(60)), secs(54));
-        assert_eq!(hold_for(secs(86_400)), secs(77_760));
-        // At least a second of margin for short periods.
-        assert_eq!(hold_for(secs(2)), secs(1));
-        assert_eq!(hold_for(secs(5)), secs(4));
-        let hold = |args: &[&str]| parse(args).unwrap().hold();
-        assert_eq!(hold(&["k", "true"]), Ok(Duration::ZERO));
-        assert_eq!(hold(&["--min-hold", "5s", "k", "true"]), Ok(secs(5)));
-        assert_eq!(hold(&["--every", "1m", "k", "true"]), Ok(secs(54)));
-        assert_eq!(
-            hold(&["--every", "1m", "-w", "0", "k", "true"]),
-            Ok(secs(54))
-        );
-        // --min-hold is the knob under --every: it wins, below the period.
-        let both = ["--every", "1m", "--min-hold", "50s", "k", "true"];
-        assert_eq!(hold(&both), Ok(secs(50)));
-        let reaching = ["--every", "1m", "--min-hold", "60s", "k", "true"];
-        assert!(hold(&reaching)
-            .unwrap_err()
-            .contains("shorter than --every"));
-        let waiting = ["--every", "1m", "--wait", "10s", "k", "true"];
-        assert!(hold(&waiting).unwrap_err().contains("--wait"));
+    fn every_out_of_range_is_a_usage_error() {
         for bad in ["1s", "0", "367d", "soon"] {
             assert_eq!(
                 parse(&["--every", bad, "k", "true"]).err(),

@@ -1,7 +1,9 @@
 //! lockrun: run a command under a distributed lock held in Redis.
 //!
 //! Module map, one responsibility each:
-//! - [`cli`]: the command line and its validation
+//! - [`cli`]: the command line and its parsing
+//! - [`plan`]: resolve: parsed options and the environment become a validated plan (the one
+//!   source of usage errors after parsing)
 //! - [`duration`]: `500ms` / `30s` / `forever`
 //! - [`lock`]: the lock protocol behind the [`lock::LockService`] seam (Lua scripts on Redis)
 //! - [`watchdog`]: lease renewal while the job runs
@@ -11,6 +13,7 @@
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
+//! - [`runtime`]: the async runtime
 //! - [`app`]: one run, start to finish
 //! - [`ops`]: the operators' commands (status, list, release, history, doctor)
 
@@ -23,6 +26,8 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod output;
+pub mod plan;
+pub mod runtime;
 pub mod signals;
 pub mod spawn;
 pub mod supervisor;
@@ -42,24 +47,33 @@ pub fn main() -> i32 {
     code
 }
 
+/// parse → logging → (signals) → resolve → runtime → the run or an operators' command.
 fn run() -> ExitCode {
     let args = match cli::parse() {
         Ok(cli::Invocation::Run(args)) => *args,
-        Ok(cli::Invocation::Verb(verb)) => return output::finish(ops::main(*verb)),
+        Ok(cli::Invocation::Verb(verb)) => return output::finish(operate(*verb)),
         Err(code) => return output::finish(code),
     };
-    if let Err(code) = init_logging(&args.logs) {
+    // Before any usage error the plan finds: those are log lines, in the format asked for.
+    if let Err(code) = logging::init_logging(&args.logs) {
         return code;
     }
     // From here on every ending is a run to record: the options are known, and a metrics file
     // that cannot be written can be said so in a log line.
-    let metrics_file = args.metrics_file.clone();
     let mut record = metrics::RunRecord::begin(&args.key);
-    // Handlers first, before any network I/O: a SIGTERM during start-up must not kill lockrun
-    // with the default action while it may already hold the lock.
+    record.every = args.every;
+    // Handlers first, before any network I/O (and before reading a password from a pipe): a
+    // SIGTERM during start-up must not kill lockrun with the default action while it may
+    // already hold the lock.
     let (code, interrupted) = match signals::Signals::install() {
         Ok(mut signals) => {
-            let code = run_with(args, &mut signals, &mut record);
+            let code = match plan::resolve(&args) {
+                Ok(plan) => run_with(plan, &mut signals, &mut record),
+                Err(usage) => {
+                    tracing::error!("{usage}");
+                    ExitCode::Usage
+                }
+            };
             (code, signals.interrupted())
         }
         Err(e) => {
@@ -68,27 +82,45 @@ fn run() -> ExitCode {
         }
     };
     // Last, once the lock is released: a slow disk must not hold it.
-    if let Some(path) = metrics_file {
+    if let Some(path) = &args.metrics_file {
         record.finish(code, interrupted.is_some());
-        metrics::write(&path, &record);
+        metrics::write(path, &record);
     }
     code
 }
 
-/// Everything after the signal handlers: subreaper, the runtime, the run.
+/// Everything after the signal handlers and the plan: subreaper, the runtime, the run.
 fn run_with(
-    args: cli::Args,
+    plan: plan::Plan,
     signals: &mut signals::Signals,
     record: &mut metrics::RunRecord,
 ) -> ExitCode {
-    if args.subreaper {
+    if plan.subreaper {
         if let Err(e) = supervisor::become_subreaper() {
             tracing::error!("cannot become a child subreaper: {e}");
             return ExitCode::Internal;
         }
     }
-    match runtime() {
-        Ok(runtime) => runtime.block_on(app::run(args, signals, record)),
+    match runtime::build() {
+        Ok(runtime) => runtime.block_on(app::run(plan, signals, record)),
+        Err(code) => code,
+    }
+}
+
+/// An operators' command: logging, its servers resolved, the runtime, the command.
+fn operate(verb: cli::verbs::Verb) -> ExitCode {
+    if let Err(code) = logging::init_logging(&verb.common().logs) {
+        return code;
+    }
+    let nodes = match plan::operation(&verb) {
+        Ok(nodes) => nodes,
+        Err(usage) => {
+            tracing::error!("{usage}");
+            return ExitCode::Usage;
+        }
+    };
+    match runtime::build() {
+        Ok(runtime) => runtime.block_on(ops::main(verb, nodes)),
         Err(code) => code,
     }
 }
@@ -129,46 +161,3 @@ fn pin_host_lookups() {
 /// The dynamic build uses the system's NSS as configured (see the static build's version).
 #[cfg(not(all(target_env = "gnu", target_feature = "crt-static")))]
 fn pin_host_lookups() {}
-
-/// Logging as `-q`/`-v`/`--log-format` and `LOCKRUN_LOG` say (the run form and every other
-/// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
-pub fn init_logging(logs: &cli::Logs) -> Result<(), ExitCode> {
-    let env_filter = std::env::var("LOCKRUN_LOG").ok();
-    let json = logs.log_format == logging::Format::Json;
-    // -v wins over LOCKRUN_QUIET (a flag over a variable); -q -v on one line conflict.
-    let quiet = logs.quiet && (logs.verbose == 0 || cli::quiet_given());
-    if quiet && logs.verbose > 0 {
-        logging::print_early_error(
-            "-q (--quiet) and -v (--verbose) cannot be used together (see 'lockrun --help')",
-            json,
-        );
-        return Err(ExitCode::Usage);
-    }
-    logging::init(quiet, logs.verbose, env_filter.as_deref(), logs.log_format).map_err(|msg| {
-        logging::print_early_error(&msg, json);
-        ExitCode::Usage
-    })
-}
-
-/// The async runtime. One thread is plenty for one connection, one timer and one child; it also
-/// keeps start-up cheap and guarantees the forking thread (this one) lives as long as lockrun,
-/// which the parent-death signal depends on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(
-            |e| match lock::errors::local_limit_of(e.raw_os_error(), "") {
-                // Its epoll and event descriptors are lockrun's first: a descriptor limit shows here.
-                Some(why) => {
-                    tracing::error!("cannot start: {why}");
-                    ExitCode::OsError
-                }
-                None => {
-                    tracing::error!("cannot start the async runtime: {e}");
-                    ExitCode::Internal
-                }
-            },
-        )
-}

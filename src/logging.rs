@@ -12,6 +12,27 @@ pub enum Format {
     Json,
 }
 
+/// Logging as `-q`/`-v`/`--log-format` and `LOCKRUN_LOG` say (the run form and every other
+/// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
+pub fn init_logging(logs: &crate::cli::Logs) -> Result<(), crate::exit_codes::ExitCode> {
+    use crate::exit_codes::ExitCode;
+    let env_filter = std::env::var("LOCKRUN_LOG").ok();
+    let json = logs.log_format == Format::Json;
+    // -v wins over LOCKRUN_QUIET (a flag over a variable); -q -v on one line conflict.
+    let quiet = logs.quiet && (logs.verbose == 0 || crate::cli::quiet_given());
+    if quiet && logs.verbose > 0 {
+        print_early_error(
+            "-q (--quiet) and -v (--verbose) cannot be used together (see 'lockrun --help')",
+            json,
+        );
+        return Err(ExitCode::Usage);
+    }
+    init(quiet, logs.verbose, env_filter.as_deref(), logs.log_format).map_err(|msg| {
+        print_early_error(&msg, json);
+        ExitCode::Usage
+    })
+}
+
 /// `-q` wins, then `-v`, then `LOCKRUN_LOG` (a tracing filter such as `debug`), then `info`.
 pub fn init(
     quiet: bool,

@@ -388,28 +388,58 @@ impl Job {
     }
 }
 
+/// What the supervisor reads of a process in `/proc/<pid>/stat`.
+struct ProcStat {
+    pid: i32,
+    /// One letter: `R`, `S`, `D`, `T`, `Z` (zombie), `X` (dead)...
+    state: String,
+    ppid: i32,
+    pgrp: i32,
+}
+
+impl ProcStat {
+    /// `"pid (comm) state ppid pgrp ..."`: parsed from the last ')', as comm may hold anything
+    /// (spaces and parentheses included).
+    fn parse(pid: i32, stat: &str) -> Option<ProcStat> {
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace();
+        let state = fields.next()?.to_string();
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        Some(ProcStat {
+            pid,
+            state,
+            ppid,
+            pgrp,
+        })
+    }
+
+    /// Not a zombie (nor dead): a process that still runs, or can.
+    fn live(&self) -> bool {
+        self.state != "Z" && self.state != "X"
+    }
+}
+
+/// Every process /proc shows, as far as it can be read (one that ends meanwhile is skipped);
+/// `None` if /proc itself cannot be read.
+fn processes() -> Option<impl Iterator<Item = ProcStat>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    Some(dir.flatten().filter_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        ProcStat::parse(pid, &stat)
+    }))
+}
+
 /// lockrun's live children other than zombies: after the command has exited, the processes
 /// it left that were re-parented to lockrun (PID 1, or a subreaper).
 fn adopted() -> Vec<i32> {
     let me = std::process::id() as i32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let Some(all) = processes() else {
         return Vec::new();
     };
-    dir.flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // "pid (comm) state ppid ...": parsed from the last ')', as comm may hold any.
-            let mut fields = stat
-                .rfind(')')
-                .map_or("", |i| &stat[i + 1..])
-                .split_whitespace();
-            let state = fields.next();
-            let ppid = fields.next().and_then(|p| p.parse::<i32>().ok());
-            ppid == Some(me) && state != Some("Z") && state != Some("X")
-        })
+    all.filter(|p| p.ppid == me && p.live())
+        .map(|p| p.pid)
         .collect()
 }
 
@@ -421,30 +451,11 @@ fn group_has_live_member(pgid: i32) -> bool {
     if unsafe { libc::kill(-pgid, 0) } != 0 && Errno::last() == Errno::ESRCH {
         return false;
     }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    // Without /proc, a group kill(2) still reaches is taken to be alive.
+    let Some(mut all) = processes() else {
         return true;
     };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses, so parse
-        // from the last ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|s| s.parse::<i32>().ok());
-        if pgrp == Some(pgid) && state != Some("Z") && state != Some("X") {
-            return true;
-        }
-    }
-    false
+    all.any(|p| p.pgrp == pgid && p.live())
 }
 
 /// What the supervisor needs from the lock while the job runs: the watchdog (a future that
@@ -456,6 +467,92 @@ pub struct Guard<'a, F> {
     pub terminate: bool,
 }
 
+/// Why the job is being stopped. Several can hold at once (a stop signal, then the lock lost,
+/// then the command exits leaving its group): SIGKILL comes at the earliest of their moments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    /// The lock is being lost, or can no longer be confirmed: the job must be gone before the
+    /// lease can end.
+    Lock,
+    /// A stop request from outside (SIGTERM from kubelet, systemd, docker stop; SIGINT,
+    /// SIGHUP, SIGQUIT), passed on to the job.
+    Signal(i32),
+    /// The command exited and its process group lives on (or processes it left, adopted by
+    /// lockrun): draining.
+    Leftovers,
+}
+
+/// When SIGKILL is due for one reason.
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    At(Instant),
+    /// At the lease's kill moment ([`Deadline::kill_at`]), which a renewal confirmed meanwhile
+    /// moves later: the job gets its grace whenever the lease allows it.
+    LeaseEnd,
+}
+
+/// The job as the supervisor drives it: running while `stopping` is empty, else being stopped
+/// for each reason there, each with its SIGKILL moment.
+#[derive(Debug, Default)]
+struct JobState {
+    stopping: Vec<(Why, KillAt)>,
+    /// SIGTERM has reached the whole job: sent by us, or a SIGTERM passed on to its group.
+    term_sent: bool,
+    /// SIGKILL was sent (once).
+    killed: bool,
+    /// After a stall: until when the overdue renewal may still save the lease before the job
+    /// is told to stop.
+    renewal_window: Option<Instant>,
+}
+
+impl JobState {
+    /// Whether the job is being stopped for a reason of `why`'s kind (any stop signal for
+    /// [`Why::Signal`]).
+    fn stopping_for(&self, why: Why) -> bool {
+        let kind = std::mem::discriminant(&why);
+        self.stopping
+            .iter()
+            .any(|(w, _)| std::mem::discriminant(w) == kind)
+    }
+
+    /// The lock is being lost: the run ends 76.
+    fn losing(&self) -> bool {
+        self.stopping_for(Why::Lock)
+    }
+
+    /// Stops the job for `why` too, SIGKILL due at `kill` for it. Each kind of reason is noted
+    /// once, with its first moment (a second stop signal does not move the SIGKILL).
+    fn stop(&mut self, why: Why, kill: KillAt) {
+        if !self.stopping_for(why) {
+            self.stopping.push((why, kill));
+        }
+    }
+
+    /// The earliest SIGKILL moment of all the reasons, and the stop signal it is for, if it is
+    /// one's.
+    fn kill_by(&self, deadline: Option<&Deadline>) -> Option<(Instant, Option<i32>)> {
+        let at = |k: &KillAt| match k {
+            KillAt::At(t) => Some(*t),
+            KillAt::LeaseEnd => deadline.map(Deadline::kill_at),
+        };
+        let first = self.stopping.iter().filter_map(|(_, k)| at(k)).min()?;
+        let signal = self.stopping.iter().find_map(|(w, k)| match w {
+            Why::Signal(sig) if at(k) == Some(first) => Some(*sig),
+            _ => None,
+        });
+        Some((first, signal))
+    }
+
+    /// When the job is told to stop for the lock if no renewal is confirmed first: the
+    /// deadline's SIGTERM moment, or later, to the end of a stalled lockrun's renewal window.
+    fn term_at(&self, d: &Deadline) -> Instant {
+        match self.renewal_window {
+            Some(w) if d.term_at() <= w => w,
+            _ => d.term_at(),
+        }
+    }
+}
+
 /// Supervises the job until it is gone, forwarding signals and reaping. With a `guard`, the
 /// job is stopped when the lock is lost or can no longer be confirmed, *ahead of* the lease's
 /// deadline (SIGTERM at `term_at`, SIGKILL at `kill_at`); the result is then 76.
@@ -465,6 +562,10 @@ pub struct Guard<'a, F> {
 /// only once the whole job is gone. The lock keeps being renewed meanwhile (the guard's future
 /// is still polled), and also while the job shuts down after a loss: a renewal confirmed then
 /// moves the SIGKILL later, so the job gets its grace whenever the lease allows it.
+///
+/// A stop request from outside is passed on to the job, which has `--kill-after` to end before
+/// its group gets SIGKILL. Without this a job that ignores the signal ran to its natural end,
+/// and the platform's own SIGKILL took lockrun with the lock held, no history and no metrics.
 pub async fn supervise<F: Future<Output = Lost>>(
     mut job: Job,
     signals: &mut Signals,
@@ -477,28 +578,15 @@ pub async fn supervise<F: Future<Output = Lost>>(
     };
     let mut lost = std::pin::pin!(lost);
     let mut lost_seen = false;
-    // Set once the job is being stopped because of the lock; `Some(t)`: SIGKILL at `t`, when
-    // the server said the key is gone (no lease left to wait for).
-    let mut loss: Option<Option<Instant>> = None;
-    let mut term_sent = false;
-    let mut kill_at: Option<Instant> = None;
-    // A stop request from outside (SIGTERM from kubelet, systemd, docker stop; SIGINT, SIGHUP,
-    // SIGQUIT) passed on to the job: it has --kill-after to end, then its group gets SIGKILL.
-    // Without this a job that ignores the signal ran to its natural end, and the platform's own
-    // SIGKILL took lockrun with the lock held, no history and no metrics.
-    let mut stop: Option<(i32, Instant)> = None;
-    let mut killed = false;
-    // After a stall: until when the overdue renewal may still save the lease before the job
-    // is told to stop.
-    let mut renewal_window: Option<Instant> = None;
+    let mut state = JobState::default();
     loop {
         job.reap();
         if !job.alive() {
             break;
         }
         let now = Instant::now();
-        if job.status.is_some() && kill_at.is_none() {
-            if term_sent {
+        if job.status.is_some() && !state.stopping_for(Why::Leftovers) {
+            if state.term_sent {
                 info!(
                     pgid = job.pid(),
                     "command exited but its process group lives on (or processes it left, adopted by lockrun); the group has had SIGTERM already"
@@ -511,64 +599,49 @@ pub async fn supervise<F: Future<Output = Lost>>(
                     "command exited but its process group lives on (or processes it left, adopted by lockrun); sending SIGTERM"
                 );
                 job.signal_leftovers(libc::SIGTERM);
-                term_sent = true;
+                state.term_sent = true;
             }
-            kill_at = Some(now + kill_after);
+            state.stop(Why::Leftovers, KillAt::At(now + kill_after));
         }
-        if let (Some(d), true, None) = (deadline, terminate, loss) {
+        if let (Some(d), true, false) = (deadline, terminate, state.losing()) {
             // Past the SIGTERM moment with a renewal that was due long ago and never sent:
             // lockrun itself was stalled (SIGSTOP, a frozen VM), the lease may be intact. The
             // overdue renewal goes first (the watchdog sends it as soon as this loop waits),
             // with half of what is left before SIGKILL; only if it is not confirmed by then
             // does the job get SIGTERM. SIGKILL stays where it was, before the lease can end.
             let stalled = d.renewal_overdue(now);
-            if stalled && now >= d.term_at() && now < d.kill_at() && renewal_window.is_none() {
-                renewal_window = Some(now + (d.kill_at() - now) / 2);
+            if stalled && now >= d.term_at() && now < d.kill_at() && state.renewal_window.is_none()
+            {
+                state.renewal_window = Some(now + (d.kill_at() - now) / 2);
                 info!(left = %Human(d.get().saturating_duration_since(now)),
                       "lockrun was stalled past the moment to stop the job; renewing first");
             }
-            let term_at = match renewal_window {
-                Some(w) if d.term_at() <= w => w,
-                _ => d.term_at(),
-            };
-            if now >= term_at {
+            if now >= state.term_at(d) {
                 // Signal first, log after: nothing may delay the job's stop.
-                if !term_sent {
+                if !state.term_sent {
                     job.signal(libc::SIGTERM);
-                    term_sent = true;
+                    state.term_sent = true;
                 }
-                loss = Some(None);
+                state.stop(Why::Lock, KillAt::LeaseEnd);
                 error!(left = %Human(d.get().saturating_duration_since(now)), grace = %Human(d.grace()),
                        "redis lock lost: no renewal confirmed in time; stopping the job before its lease can expire");
             }
         }
-        let loss_kill = match (loss, deadline) {
-            (Some(Some(at)), _) => Some(at),
-            (Some(None), Some(d)) => Some(d.kill_at()),
-            _ => None,
-        };
-        let stop_kill = stop.map(|(_, at)| at);
-        let kill_by = [kill_at, loss_kill, stop_kill].into_iter().flatten().min();
-        if !killed && kill_by.is_some_and(|t| now >= t) {
+        let kill_by = state.kill_by(deadline);
+        if let Some((_, signal)) = kill_by.filter(|(at, _)| !state.killed && now >= *at) {
             job.signal_leftovers(libc::SIGKILL);
-            killed = true;
-            let after = match stop {
-                Some((sig, at)) if Some(at) == kill_by => signals::name(sig).to_string(),
-                _ => "SIGTERM".to_string(),
-            };
+            state.killed = true;
+            let after = signal.map_or_else(|| "SIGTERM".to_string(), signals::name);
             warn!("job still running after {after}; sending SIGKILL");
         }
         // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
         // group whose members are not our children (no SIGCHLD tells us they are gone).
-        let polling = job.status.is_some() || term_sent;
+        let polling = job.status.is_some() || state.term_sent;
         let next = [
             deadline
-                .filter(|_| terminate && loss.is_none())
-                .map(|d| match renewal_window {
-                    Some(w) if d.term_at() <= w => w,
-                    _ => d.term_at(),
-                }),
-            kill_by.filter(|_| !killed),
+                .filter(|_| terminate && !state.losing())
+                .map(|d| state.term_at(d)),
+            kill_by.map(|(at, _)| at).filter(|_| !state.killed),
             polling.then(|| now + GROUP_POLL),
         ]
         .into_iter()
@@ -580,26 +653,26 @@ pub async fn supervise<F: Future<Output = Lost>>(
                 // command exits and leaves members behind, they are not sent another (a trap
                 // would run twice); they get --kill-after to finish, then SIGKILL.
                 if r.signo != libc::SIGCHLD && job.forward(r) && r.signo == libc::SIGTERM {
-                    term_sent = true;
+                    state.term_sent = true;
                 }
                 // Not a terminal's Ctrl-C (sent by the kernel): in an interactive session that
                 // interrupts what the job is doing, it does not ask the job to go away.
                 let interactive = r.from_kernel && r.signo == libc::SIGINT;
-                if signals::ABORTING.contains(&r.signo) && !interactive && stop.is_none() {
-                    stop = Some((r.signo, Instant::now() + kill_after));
+                if signals::ABORTING.contains(&r.signo) && !interactive {
+                    state.stop(Why::Signal(r.signo), KillAt::At(Instant::now() + kill_after));
                 }
             }
             why = async { lost.as_mut().as_pin_mut().unwrap().await }, if lost.is_some() && !lost_seen => {
                 lost_seen = true;
-                let already = loss.is_some();
+                let already = state.losing();
                 if terminate && !already {
-                    if !term_sent {
+                    if !state.term_sent {
                         job.signal(libc::SIGTERM);
-                        term_sent = true;
+                        state.term_sent = true;
                     }
                     // The server says the key is gone: there is no lease left to wait out.
                     let grace = deadline.map_or(kill_after, Deadline::grace);
-                    loss = Some(Some(Instant::now() + grace));
+                    state.stop(Why::Lock, KillAt::At(Instant::now() + grace));
                 }
                 let why = match why {
                     Lost::NotOwner => "redis lock lost: the key expired or now belongs to another holder",
@@ -618,9 +691,54 @@ pub async fn supervise<F: Future<Output = Lost>>(
         }
     }
     job.take_terminal_back();
-    if loss.is_some() {
+    if state.losing() {
         ExitCode::LockLost
     } else {
         job.status.unwrap_or(ExitCode::Internal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_is_read_past_any_command_name() {
+        let p = ProcStat::parse(42, "42 (a) b (c)) S 7 42 42 0 -1 4194560").unwrap();
+        assert_eq!((p.pid, p.state.as_str(), p.ppid, p.pgrp), (42, "S", 7, 42));
+        assert!(p.live());
+        let z = ProcStat::parse(43, "43 (sh) Z 1 40 40").unwrap();
+        assert!(!z.live());
+        assert!(ProcStat::parse(1, "1 no parenthesis S 0 1").is_none());
+        assert!(ProcStat::parse(1, "1 (cut) S").is_none());
+    }
+
+    #[test]
+    fn this_process_is_found_live_in_its_group() {
+        let me = std::process::id() as i32;
+        let mine = processes()
+            .expect("/proc is readable")
+            .find(|p| p.pid == me)
+            .expect("this process is listed");
+        assert!(mine.live());
+        assert_eq!(mine.pgrp, nix::unistd::getpgrp().as_raw());
+        assert!(group_has_live_member(mine.pgrp));
+    }
+
+    #[test]
+    fn sigkill_comes_at_the_earliest_reason_and_names_a_stop_signal() {
+        let now = Instant::now();
+        let s = |secs| now + Duration::from_secs(secs);
+        let mut state = JobState::default();
+        assert!(state.kill_by(None).is_none(), "running: nothing due");
+        state.stop(Why::Leftovers, KillAt::At(s(10)));
+        state.stop(Why::Signal(libc::SIGTERM), KillAt::At(s(5)));
+        // A second stop signal does not move the first one's moment.
+        state.stop(Why::Signal(libc::SIGINT), KillAt::At(s(1)));
+        assert_eq!(state.kill_by(None), Some((s(5), Some(libc::SIGTERM))));
+        assert!(!state.losing());
+        state.stop(Why::Lock, KillAt::At(s(2)));
+        assert!(state.losing());
+        assert_eq!(state.kill_by(None), Some((s(2), None)));
     }
 }

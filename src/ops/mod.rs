@@ -14,7 +14,6 @@ mod release;
 mod status;
 
 use crate::cli::verbs::Verb;
-use crate::cli::Connection;
 use crate::exit_codes::ExitCode;
 use crate::lock::inspect::Inspection;
 use crate::lock::redis::RedisLock;
@@ -22,33 +21,14 @@ use crate::lock::{describe_holder, LockError};
 use std::time::Duration;
 use tracing::error;
 
-/// Each request's bound when `--node-timeout` does not say: an operator waits longer than a
-/// lock's renewal could, but not for the OS's TCP timeout.
-const TIMEOUT: Duration = Duration::from_secs(3);
-
-pub fn main(verb: Verb) -> ExitCode {
-    if let Err(code) = crate::init_logging(&verb.common().logs) {
-        return code;
-    }
-    match crate::runtime() {
-        Ok(runtime) => runtime.block_on(run(verb)),
-        Err(code) => code,
-    }
-}
-
-async fn run(verb: Verb) -> ExitCode {
-    let mut nodes = match connect(&verb.common().conn) {
-        Ok(nodes) => nodes,
-        Err(msg) => {
-            error!("{msg}");
-            return ExitCode::Usage;
-        }
-    };
+/// One operators' command on `nodes`: the servers its connection options name, resolved
+/// (`plan::operation`), nothing connected yet.
+pub async fn main(verb: Verb, mut nodes: Vec<RedisLock>) -> ExitCode {
     let json = verb.common().json;
     let result = match &verb {
         Verb::Status(v) => status::run(&mut nodes, &v.key, json).await,
         Verb::List(v) => list::run(&mut nodes, &v.pattern, v.all, json).await,
-        Verb::Release(v) => release::run(&mut nodes, &v.key, v.force, json).await,
+        Verb::Release(v) => release::run(&mut nodes, &v.key, json).await,
         Verb::History(v) => history::run(&mut nodes, &v.key, v.count, json).await,
         Verb::Doctor(v) => doctor::run(&mut nodes, v.key.as_deref(), json).await,
     };
@@ -56,19 +36,6 @@ async fn run(verb: Verb) -> ExitCode {
         Ok(code) => code,
         Err(e) => failed(&e),
     }
-}
-
-/// One client per URL (several: Redlock masters), nothing connected yet.
-fn connect(conn: &Connection) -> Result<Vec<RedisLock>, String> {
-    let urls = conn.urls()?;
-    let timeout = conn.node_timeout.unwrap_or(TIMEOUT);
-    let access = crate::app::access(conn)?;
-    let nodes = urls
-        .iter()
-        .map(|url| RedisLock::new(url, &access, timeout))
-        .collect::<Result<Vec<_>, _>>()?;
-    crate::lock::redlock::distinct(&nodes)?;
-    Ok(nodes)
 }
 
 fn failed(e: &LockError) -> ExitCode {

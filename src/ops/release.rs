@@ -11,26 +11,16 @@ use crate::lock::redis::RedisLock;
 use crate::lock::{Holder, LockError, Note, Outcome};
 use serde_json::json;
 use std::time::Duration;
-use tracing::{error, info};
+use tracing::info;
 
 /// The trimming cap of the entry a forced release adds to a key's history: the largest any run
 /// may ask for (`--history`), so the entry never cuts a history shorter than its runs keep it.
 /// (The entry is recorded even for a key whose runs record nothing: the deletion is audited.)
 const HISTORY: u32 = crate::cli::MAX_HISTORY;
 
-pub async fn run(
-    nodes: &mut [RedisLock],
-    key: &str,
-    force: bool,
-    json: bool,
-) -> Result<ExitCode, LockError> {
-    if !force {
-        error!(
-            "not deleting '{key}' without --force: a job that still holds it keeps running until \
-             its next renewal (up to TTL/3) while another may start; check with 'lockrun status {key}'"
-        );
-        return Ok(ExitCode::Usage);
-    }
+/// Deletes `key` whoever holds it: asked with `--force` (checked with the options, in
+/// `plan::operation`).
+pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitCode, LockError> {
     let operator = Holder::new(std::ffi::OsStr::new("lockrun-release"));
     let note = Note {
         outcome: Outcome::Released,

@@ -1,0 +1,920 @@
+//! The lock's part of a run: take the lock (the waiting loop: queue, sleep, give up, leave),
+//! hand the lease to the job, release once. Generic over the lock ([`LockService`]) and the
+//! source of stop signals ([`Stops`]), so that every path is tested against fakes.
+
+use crate::duration::{Human, Wait};
+use crate::exit_codes::ExitCode;
+use crate::lock::{
+    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome,
+    Release,
+};
+use crate::metrics::RunRecord;
+use crate::signals::{self, Signals};
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+/// Where stop signals come from while lockrun takes the lock: the real handlers ([`Signals`]),
+/// or a fake in tests.
+#[allow(async_fn_in_trait)] // Static dispatch only; futures never cross threads.
+pub trait Stops {
+    /// Takes everything received so far; the first stop signal among it, if any.
+    fn take_abort(&mut self) -> Option<i32>;
+    /// Waits for the next signal: `Some(signo)` for a stop signal (SIGTERM, SIGINT, SIGHUP,
+    /// SIGQUIT), `None` for any other (they mean nothing before the command starts).
+    async fn next_stop(&mut self) -> Option<i32>;
+    /// The first stop signal received so far.
+    fn interrupted(&self) -> Option<i32>;
+}
+
+impl Stops for Signals {
+    fn take_abort(&mut self) -> Option<i32> {
+        Signals::take_abort(self)
+    }
+
+    async fn next_stop(&mut self) -> Option<i32> {
+        let r = self.recv().await;
+        signals::ABORTING.contains(&r.signo).then_some(r.signo)
+    }
+
+    fn interrupted(&self) -> Option<i32> {
+        Signals::interrupted(self)
+    }
+}
+
+/// The next stop signal; the others are passed over.
+async fn next_abort<S: Stops>(stops: &mut S) -> i32 {
+    loop {
+        if let Some(sig) = stops.next_stop().await {
+            return sig;
+        }
+    }
+}
+
+/// What holding the lock came to, once the job's part is over.
+#[derive(Debug)]
+pub(super) enum Turn {
+    /// End with `code` (the job's, or why it did not run), keeping the key `keep` longer.
+    Done { code: ExitCode, keep: Duration },
+    /// The lease expired before the command could start (lockrun was delayed): not started.
+    Expired,
+}
+
+/// The lock's part of a run: acquire → `start` the held job → one release. A lease that
+/// expired before the job could start is given back and the lock taken again while the wait
+/// goes on. `held` and the run's fate are written to `record` here, once per turn.
+pub(super) async fn take_turns<L, S, F>(
+    lock: &mut L,
+    waiter: &mut Waiter<'_>,
+    stops: &mut S,
+    record: &mut RunRecord,
+    conflict_exit_code: u8,
+    mut start: F,
+) -> ExitCode
+where
+    L: LockService,
+    S: Stops,
+    F: AsyncFnMut(&mut L, &mut S, &Lease, &mut RunRecord) -> Turn,
+{
+    let spec = waiter.spec;
+    loop {
+        let attempt = waiter.acquire(lock, stops).await;
+        record.wait = record.elapsed();
+        let lease = match attempt {
+            Ok(lease) => lease,
+            Err(Failed::Conflict(holder_started)) => {
+                // With the same crontab everywhere, the holder's start is this tick's run.
+                record.job_started = holder_started;
+                return ExitCode::Conflict(conflict_exit_code);
+            }
+            Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
+            Err(Failed::Code(code)) => return code,
+        };
+        let acquired_at = Instant::now();
+        record.fence = lease.fence;
+        info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
+        // A signal that arrived while we were acquiring: the job must not start.
+        let turn = match stops.take_abort() {
+            Some(sig) => {
+                info!(signal = %signals::name(sig), "interrupted before the command started");
+                Turn::Done {
+                    code: ExitCode::Aborted(sig),
+                    keep: Duration::ZERO,
+                }
+            }
+            None => start(lock, stops, &lease, record).await,
+        };
+        let (ending, keep) = match turn {
+            Turn::Done { code, keep } => (Some(code), keep),
+            Turn::Expired => {
+                warn!(key = %spec.key, "redis lock lease expired before the command could start (lockrun was delayed); not starting it");
+                // Given back and taken again while the wait goes on (its history entry is the
+                // run's, written when it ends); else the run is skipped.
+                let skipped = ExitCode::Conflict(conflict_exit_code);
+                ((!waiter.goes_on()).then_some(skipped), Duration::ZERO)
+            }
+        };
+        // The run's history entry says what its metrics say (see `metrics::outcome_of`).
+        let note = ending.map(|code| {
+            let lost = record.lost || code == ExitCode::LockLost;
+            let outcome = crate::metrics::outcome_of(code, lost, stops.interrupted().is_some());
+            waiter.note(outcome, Some(code))
+        });
+        let released = release(lock, spec, &lease, keep, note.as_ref()).await;
+        record.held += acquired_at.elapsed();
+        let Some(code) = ending else { continue };
+        if released == Released::Gone {
+            // The key was gone or another holder's before the release: the job ran without
+            // the lock for a while, like a loss a renewal finds. Its history entry says so
+            // already (the release script recorded `lost`); the metrics say the same.
+            record.lost = true;
+        }
+        return code;
+    }
+}
+
+/// What a release found.
+#[derive(Debug, PartialEq, Eq)]
+enum Released {
+    /// Deleted, kept for the hold, or failed (the TTL frees it).
+    Done,
+    /// The key was no longer ours: lost while the job ran.
+    Gone,
+}
+
+/// Why no lease came of the waiting loop.
+#[derive(Debug)]
+enum Failed {
+    /// Held elsewhere; when the holder was started, if its value says (`started=`).
+    Conflict(Option<std::time::SystemTime>),
+    Aborted(i32),
+    Code(ExitCode),
+}
+
+pub(super) fn unavailable(e: &LockError) -> ExitCode {
+    error!("{e}");
+    e.exit_code()
+}
+
+/// How often a waiter renews its place in the queue (tickets last `TICKET`, 3 s). Doubles as
+/// a poll, so a lost wake-up hint costs at most this much latency.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// The bound on cleaning up after an attempt or a wait that ends early (giving back what an
+/// attempt may have taken, leaving the queue): what is not done by then expires by itself.
+const CLEANUP: Duration = Duration::from_secs(1);
+
+/// The waiting loop's state: who waits for which lock, until when, and what it has said.
+pub(super) struct Waiter<'a> {
+    spec: &'a LockSpec,
+    holder: &'a Holder,
+    /// A wait was asked for (not `--wait 0`): queue, and retry an outage.
+    waiting: bool,
+    /// When the wait ends; `None`: never.
+    until: Option<Instant>,
+    /// The run's start, for the history entries' durations.
+    started: Instant,
+    /// "already acquired; waiting" was said (once per run).
+    announced: bool,
+}
+
+impl<'a> Waiter<'a> {
+    pub(super) fn new(
+        spec: &'a LockSpec,
+        holder: &'a Holder,
+        wait: Wait,
+        started: Instant,
+    ) -> Waiter<'a> {
+        Waiter {
+            spec,
+            holder,
+            waiting: !wait.is_zero(),
+            until: match wait {
+                Wait::For(d) => Some(Instant::now() + d),
+                Wait::Forever => None,
+            },
+            started,
+            announced: false,
+        }
+    }
+
+    /// Whether the wait goes on: one was asked for and it has not run out.
+    fn goes_on(&self) -> bool {
+        self.waiting && self.until.is_none_or(|d| Instant::now() < d)
+    }
+
+    /// Tries once; while waiting, queues and sleeps until a hint says it is our turn, the
+    /// holder's lease ends (if we are next), the ticket needs renewing, or the wait ends; then
+    /// tries again.
+    async fn acquire<L: LockService, S: Stops>(
+        &mut self,
+        lock: &mut L,
+        stops: &mut S,
+    ) -> Result<Lease, Failed> {
+        let (spec, holder) = (self.spec, self.holder);
+        loop {
+            if let Some(sig) = stops.take_abort() {
+                return Err(self.abort(lock, sig).await);
+            }
+            if self.waiting {
+                // Before each attempt (a no-op while subscribed): a release between our attempt
+                // and our sleep is not missed. A failure here is not the end of the wait: a
+                // queued CI job must survive a Redis restart; the attempt below meets the same
+                // outage and is retried until the wait ends (the heartbeat poll covers a
+                // missing subscription).
+                match lock.subscribe_wakeups(spec).await {
+                    Ok(()) => {}
+                    // A refusal (no SUBSCRIBE, no &lockrun:wake:*, a wrong password) is a
+                    // configuration mistake: waiting does not fix it, and a waiter quietly
+                    // falling back to polling would hide it until the queue misbehaves.
+                    Err(e) if e.is_refusal() => {
+                        self.leave(lock, None).await;
+                        return Err(Failed::Code(unavailable(&e)));
+                    }
+                    Err(e) => debug!(error = %e, "no subscription to release hints yet"),
+                }
+            }
+            // A stop signal ends lockrun at once, also while the attempt waits for an answer (a
+            // server that accepts and never replies kept lockrun for the whole request
+            // timeout).
+            let attempt = tokio::select! {
+                attempt = lock.acquire(spec, holder, self.waiting) => attempt,
+                sig = next_abort(stops) => {
+                    // The attempt may still land on the server: give back, token-checked, what
+                    // it may have taken, within a short bound (the key expires by its TTL if
+                    // not).
+                    let _ = tokio::time::timeout(CLEANUP, lock.give_back(spec, holder)).await;
+                    return Err(self.abort(lock, sig).await);
+                }
+            };
+            let remaining = self
+                .until
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            let sleep = match attempt {
+                Ok(Acquire::Acquired(lease)) => return Ok(lease),
+                Ok(Acquire::Held {
+                    holder: other,
+                    pttl,
+                    rank,
+                }) => {
+                    // Host, pid and start time only: the value's first word names the holder
+                    // for lockrun's own checks and has no business in a log.
+                    let holder_started = other.as_deref().and_then(crate::lock::holder_started);
+                    let other = other.as_deref().map_or("?", describe_holder);
+                    if remaining == Some(Duration::ZERO) {
+                        if self.waiting {
+                            // (Without waiting, the attempt itself recorded the skip.)
+                            let note = self.note(Outcome::Skipped, None);
+                            self.leave(lock, Some(&note)).await;
+                        }
+                        let left = pttl.map(|d| Human(d).to_string());
+                        info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
+                              "redis lock already acquired");
+                        return Err(Failed::Conflict(holder_started));
+                    }
+                    if !std::mem::replace(&mut self.announced, true) {
+                        info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
+                    }
+                    let sleep = next_look(pttl, rank);
+                    debug!(rank, sleep = %Human(sleep), "waiting for the lock");
+                    remaining.map_or(sleep, |r| sleep.min(r))
+                }
+                Err(e) if e.is_outage() && self.waiting && remaining != Some(Duration::ZERO) => {
+                    warn!(error = %e, "Redis unavailable while waiting for the lock; retrying");
+                    remaining.map_or(HEARTBEAT, |r| HEARTBEAT.min(r))
+                }
+                Err(e) => {
+                    // The attempt may have taken the lock (its reply lost, or a script that
+                    // failed after writing): give it back, token-checked, so nothing is left
+                    // locked. Once: an attempt that gave back what it knew it took leaves
+                    // nothing to do here.
+                    let _ = tokio::time::timeout(CLEANUP, lock.give_back(spec, holder)).await;
+                    return Err(Failed::Code(unavailable(&e)));
+                }
+            };
+            tokio::select! {
+                () = lock.wait_for_turn(holder, sleep) => {}
+                // Any other signal ends the sleep early: the loop looks again at once.
+                sig = stops.next_stop() => {
+                    if let Some(sig) = sig {
+                        return Err(self.abort(lock, sig).await);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A stop signal ended the wait: leave the queue with the run's history entry.
+    async fn abort<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
+        info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
+        if self.waiting {
+            let note = self.note(Outcome::Aborted, Some(ExitCode::Aborted(sig)));
+            self.leave(lock, Some(&note)).await;
+        }
+        Failed::Aborted(sig)
+    }
+
+    /// Best effort: a ticket left behind expires by itself within `TICKET`.
+    async fn leave<L: LockService>(&self, lock: &mut L, note: Option<&Note>) {
+        let leaving = lock.leave_queue(self.spec, self.holder, note);
+        let _ = tokio::time::timeout(CLEANUP, leaving).await;
+    }
+
+    /// The history entry of a run that ends now.
+    fn note(&self, outcome: Outcome, code: Option<ExitCode>) -> Note {
+        Note {
+            outcome,
+            exit_code: code.map(ExitCode::code),
+            duration: self.started.elapsed(),
+        }
+    }
+}
+
+/// How long a waiter sleeps before it looks again: a heartbeat; next in line (`rank` 0), never
+/// past the holder's lease end (plus a little jitter), so a holder that died without releasing
+/// is noticed then.
+fn next_look(pttl: Option<Duration>, rank: Option<u64>) -> Duration {
+    match (rank, pttl) {
+        (Some(0), Some(p)) => {
+            HEARTBEAT.min(p + crate::lock::jitter(Duration::from_millis(5) + p / 100))
+        }
+        _ => HEARTBEAT,
+    }
+}
+
+/// Token-checked release; a failure is logged, not fatal: the TTL frees the key.
+async fn release<L: LockService>(
+    lock: &mut L,
+    spec: &LockSpec,
+    lease: &Lease,
+    keep: Duration,
+    note: Option<&Note>,
+) -> Released {
+    debug!(key = %spec.key, "releasing redis lock");
+    let mut result = lock.release(spec, lease, keep, note).await;
+    let mut retried = false;
+    // Two retries, each on a fresh connection: release is safe to repeat (token-checked). Two,
+    // because a failover can close a new connection again: seen here after a Sentinel failover
+    // on Valkey, where two attempts in a row met "broken pipe" and the key was left to expire.
+    // The history entry goes along again: the first may not have been written (a reader of
+    // the history drops an entry repeated by the same run).
+    for _ in 0..2 {
+        if !result.as_ref().is_err_and(LockError::is_outage) {
+            break;
+        }
+        retried = true;
+        result = lock.release(spec, lease, keep, note).await;
+    }
+    match result {
+        // The first attempt's outcome was unknown; most likely it did delete the key and only
+        // its reply was lost. Not a stolen lock: say what is known.
+        Ok(Release::NotOwner) if retried => info!(key = %spec.key,
+            "redis lock released (the first attempt's reply was lost; on retry the key was no longer ours: deleted by that attempt or expired)"),
+        Ok(Release::Deleted) => info!(key = %spec.key, "redis lock released"),
+        Ok(Release::Kept(d)) => {
+            info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept for the rest of the hold)")
+        }
+        // After a job: it ran without the lock for a while (`take_turns` makes the run `lost`).
+        Ok(Release::NotOwner) if note.is_some_and(|n| n.outcome == Outcome::Ran) => {
+            error!(key = %spec.key, "redis lock lost: the key was gone or another holder's at release (expired, or deleted by release --force); the job ran without it for a while");
+            return Released::Gone;
+        }
+        Ok(Release::NotOwner) => {
+            warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")
+        }
+        Err(e) => {
+            warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL")
+        }
+    }
+    Released::Done
+}
+
+#[cfg(test)]
+mod tests {
+    //! The lock's part of a run against a fake lock and a fake source of stop signals, on
+    //! paused time: each case takes milliseconds, however long the waits it goes through.
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// The errors the fake answers with, made in one place.
+    fn outage() -> LockError {
+        LockError::Unavailable("Redis unavailable: connection refused".into())
+    }
+    fn refusal() -> LockError {
+        LockError::Refused("NOPERM this user has no permissions".into())
+    }
+    fn misuse() -> LockError {
+        LockError::Misuse("WRONGTYPE the key holds another type".into())
+    }
+
+    /// What the fake answers an acquire with.
+    enum Answer {
+        Acquired(u64),
+        Held {
+            pttl: Option<Duration>,
+            rank: Option<u64>,
+        },
+        Fail(fn() -> LockError),
+    }
+
+    fn held() -> Answer {
+        Answer::Held {
+            pttl: Some(Duration::from_secs(20)),
+            rank: Some(1),
+        }
+    }
+
+    /// A lock that answers from a script and writes down every call, in order.
+    #[derive(Default)]
+    struct Fake {
+        /// Answers to the acquires, in turn; the last one repeats.
+        answers: VecDeque<Answer>,
+        /// How long an acquire takes to answer.
+        acquire_takes: Duration,
+        /// The subscription's error, each time it is asked for.
+        subscribe_fails: Option<fn() -> LockError>,
+        /// Answers to the releases, in turn; then `Deleted`.
+        releases: VecDeque<Result<Release, fn() -> LockError>>,
+        calls: Vec<String>,
+        /// How long each wait for a turn was allowed to be.
+        sleeps: Vec<Duration>,
+        /// `keep` of each release.
+        keeps: Vec<Duration>,
+    }
+
+    fn outcome(note: Option<&Note>) -> &'static str {
+        note.map_or("-", |n| n.outcome.as_str())
+    }
+
+    impl LockService for Fake {
+        async fn subscribe_wakeups(&mut self, _: &LockSpec) -> Result<(), LockError> {
+            self.calls.push("subscribe".into());
+            self.subscribe_fails.map_or(Ok(()), |e| Err(e()))
+        }
+        async fn acquire(
+            &mut self,
+            spec: &LockSpec,
+            holder: &Holder,
+            _: bool,
+        ) -> Result<Acquire, LockError> {
+            self.calls.push("acquire".into());
+            tokio::time::sleep(self.acquire_takes).await;
+            let answer = match self.answers.len() {
+                0 => panic!("no answer scripted"),
+                1 => &self.answers[0],
+                _ => &self.answers.pop_front().unwrap(),
+            };
+            match answer {
+                Answer::Acquired(fence) => {
+                    let mut lease = Lease::phantom(spec, holder);
+                    lease.fence = *fence;
+                    Ok(Acquire::Acquired(lease))
+                }
+                Answer::Held { pttl, rank } => Ok(Acquire::Held {
+                    holder: None,
+                    pttl: *pttl,
+                    rank: *rank,
+                }),
+                Answer::Fail(e) => Err(e()),
+            }
+        }
+        async fn give_back(&mut self, _: &LockSpec, _: &Holder) {
+            self.calls.push("give_back".into());
+        }
+        async fn renew(&mut self, _: &LockSpec, _: &Lease) -> Result<Renew, LockError> {
+            unreachable!("the job's part is the caller's")
+        }
+        async fn release(
+            &mut self,
+            _: &LockSpec,
+            _: &Lease,
+            keep: Duration,
+            note: Option<&Note>,
+        ) -> Result<Release, LockError> {
+            self.calls.push(format!("release:{}", outcome(note)));
+            self.keeps.push(keep);
+            match self.releases.pop_front() {
+                None => Ok(Release::Deleted),
+                Some(r) => r.map_err(|e| e()),
+            }
+        }
+        async fn is_held_by(&mut self, _: &LockSpec, _: &str) -> Result<bool, LockError> {
+            unreachable!("reentrancy is decided before the lock's part")
+        }
+        async fn leave_queue(
+            &mut self,
+            _: &LockSpec,
+            _: &Holder,
+            note: Option<&Note>,
+        ) -> Result<(), LockError> {
+            self.calls.push(format!("leave:{}", outcome(note)));
+            Ok(())
+        }
+        async fn wait_for_turn(&mut self, _: &Holder, max: Duration) {
+            self.calls.push("wait".into());
+            self.sleeps.push(max);
+            tokio::time::sleep(max).await;
+        }
+    }
+
+    use crate::lock::Renew;
+
+    /// One stop signal, `after` the run's start; `quiet`: seen only by `take_abort`, as a
+    /// signal that arrived while an attempt was finishing.
+    #[derive(Default)]
+    struct FakeStops {
+        at: Option<(Instant, i32)>,
+        quiet: bool,
+        interrupted: Option<i32>,
+    }
+
+    impl FakeStops {
+        fn after(d: Duration, sig: i32) -> FakeStops {
+            FakeStops {
+                at: Some((Instant::now() + d, sig)),
+                ..FakeStops::default()
+            }
+        }
+
+        fn deliver(&mut self) -> Option<i32> {
+            let (_, sig) = self.at.take()?;
+            self.interrupted.get_or_insert(sig);
+            Some(sig)
+        }
+    }
+
+    impl Stops for FakeStops {
+        fn take_abort(&mut self) -> Option<i32> {
+            match self.at {
+                Some((t, _)) if Instant::now() >= t => self.deliver(),
+                _ => None,
+            }
+        }
+        async fn next_stop(&mut self) -> Option<i32> {
+            match self.at {
+                Some((t, _)) if !self.quiet => {
+                    tokio::time::sleep_until(t).await;
+                    self.deliver()
+                }
+                _ => std::future::pending().await,
+            }
+        }
+        fn interrupted(&self) -> Option<i32> {
+            self.interrupted
+        }
+    }
+
+    const CONFLICT: u8 = 75;
+
+    /// What a case's run came to.
+    struct Ran {
+        code: ExitCode,
+        record: RunRecord,
+        took: Duration,
+    }
+
+    /// The lock's part of one run of key `k` with `wait`; each held turn's part is the next of
+    /// `turns` (then: the job ran and exited 0).
+    async fn run(lock: &mut Fake, wait: Wait, stops: &mut FakeStops, turns: Vec<Turn>) -> Ran {
+        let spec = LockSpec {
+            key: "k".into(),
+            ttl: Duration::from_secs(30),
+            limit: None,
+            history: 100,
+            every: None,
+        };
+        let holder = Holder::new(std::ffi::OsStr::new("job"));
+        let began = Instant::now();
+        let mut waiter = Waiter::new(&spec, &holder, wait, began);
+        let mut record = RunRecord::begin("k");
+        let mut turns = VecDeque::from(turns);
+        let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| {
+            lock.calls.push("start".into());
+            turns.pop_front().unwrap_or(Turn::Done {
+                code: ExitCode::Command(0),
+                keep: Duration::ZERO,
+            })
+        };
+        let code = take_turns(lock, &mut waiter, stops, &mut record, CONFLICT, start).await;
+        Ran {
+            code,
+            record,
+            took: began.elapsed(),
+        }
+    }
+
+    fn fake(answers: Vec<Answer>) -> Fake {
+        Fake {
+            answers: answers.into(),
+            ..Fake::default()
+        }
+    }
+
+    const ONCE: Wait = Wait::For(Duration::ZERO);
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+    const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+    #[tokio::test(start_paused = true)]
+    async fn acquired_at_once_the_job_runs_and_the_lock_is_released_once() {
+        let mut lock = fake(vec![Answer::Acquired(7)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
+        assert_eq!(ran.record.fence, 7);
+        assert!(!ran.record.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_left_goes_to_the_release() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            code: ExitCode::Command(0),
+            keep: SECS(50),
+        }];
+        run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(lock.keeps, [SECS(50)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_without_a_wait_is_a_conflict_without_queue_or_leave() {
+        let mut lock = fake(vec![held()]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        // The attempt itself recorded the skip: no subscription, no leave, no release.
+        assert_eq!(lock.calls, ["acquire"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_until_the_wait_runs_out_leaves_the_queue_as_skipped() {
+        let mut lock = fake(vec![held()]);
+        let ran = run(
+            &mut lock,
+            Wait::For(MS(2500)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        // A heartbeat each, the last sleep cut to what is left of the wait.
+        assert_eq!(lock.sleeps, [SECS(1), SECS(1), MS(500)]);
+        assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
+        assert!(!lock.calls.iter().any(|c| c.starts_with("release")));
+        assert_eq!(ran.took, MS(2500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_while_waiting_leaves_the_queue_as_aborted() {
+        let mut lock = fake(vec![held()]);
+        let mut stops = FakeStops::after(MS(1500), libc::SIGTERM);
+        let ran = run(&mut lock, Wait::Forever, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGTERM));
+        assert_eq!(ran.took, MS(1500), "at once, not at the next look");
+        assert_eq!(lock.calls.last().unwrap(), "leave:aborted");
+        assert!(!lock.calls.iter().any(|c| c == "give_back" || c == "start"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_during_the_attempt_gives_back_once_then_leaves() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.acquire_takes = SECS(5);
+        let mut stops = FakeStops::after(MS(100), libc::SIGINT);
+        let ran = run(&mut lock, Wait::For(SECS(10)), &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGINT));
+        assert_eq!(ran.took, MS(100));
+        assert_eq!(
+            lock.calls,
+            ["subscribe", "acquire", "give_back", "leave:aborted"]
+        );
+        // Without a wait there is no queue to leave.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.acquire_takes = SECS(5);
+        let mut stops = FakeStops::after(MS(100), libc::SIGTERM);
+        let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGTERM));
+        assert_eq!(lock.calls, ["acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_that_lands_with_the_lease_releases_it_unstarted() {
+        let mut lock = fake(vec![Answer::Acquired(3)]);
+        lock.acquire_takes = MS(100);
+        let mut stops = FakeStops {
+            quiet: true,
+            ..FakeStops::after(MS(50), libc::SIGHUP)
+        };
+        let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Aborted(libc::SIGHUP));
+        assert_eq!(lock.calls, ["acquire", "release:aborted"]);
+        assert_eq!(ran.record.fence, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_while_waiting_is_retried_until_the_lock_is_taken() {
+        let mut lock = fake(vec![
+            Answer::Fail(outage),
+            Answer::Fail(outage),
+            Answer::Acquired(9),
+        ]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(10)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.sleeps, [SECS(1), SECS(1)]);
+        assert!(!lock.calls.iter().any(|c| c == "give_back"));
+        assert_eq!(lock.calls.last().unwrap(), "release:ran");
+        assert_eq!(ran.record.fence, 9);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_without_a_wait_exits_69_and_gives_back() {
+        let mut lock = fake(vec![Answer::Fail(outage)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls, ["acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_when_the_wait_has_run_out_exits_69() {
+        let mut lock = fake(vec![held(), Answer::Fail(outage)]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(1)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls.last().unwrap(), "give_back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_subscription_while_waiting_leaves_and_exits_69() {
+        let mut lock = fake(vec![held()]);
+        lock.subscribe_fails = Some(refusal);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(lock.calls, ["subscribe", "leave:-"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_outage_is_no_reason_to_stop_waiting() {
+        let mut lock = fake(vec![held(), Answer::Acquired(2)]);
+        lock.subscribe_fails = Some(outage);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.sleeps, [SECS(1)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn misuse_is_a_usage_error_at_once_even_while_waiting() {
+        let mut lock = fake(vec![Answer::Fail(misuse)]);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Usage);
+        assert_eq!(lock.calls, ["subscribe", "acquire", "give_back"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn next_in_line_sleeps_no_longer_than_the_holders_lease() {
+        let next = Answer::Held {
+            pttl: Some(MS(200)),
+            rank: Some(0),
+        };
+        let mut lock = fake(vec![next, Answer::Acquired(4)]);
+        let ran = run(&mut lock, Wait::Forever, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        let slept = lock.sleeps[0];
+        // The lease's end plus a jitter below 5 ms + 1 % of it.
+        assert!(slept >= MS(200) && slept < MS(207), "{slept:?}");
+        // Further back in the queue, or a holder without a lease end: the heartbeat.
+        assert_eq!(next_look(Some(MS(200)), Some(1)), HEARTBEAT);
+        assert_eq!(next_look(None, Some(0)), HEARTBEAT);
+        assert_eq!(next_look(Some(SECS(20)), Some(0)), HEARTBEAT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_is_retried_twice_on_an_outage_then_left_to_the_ttl() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases =
+            VecDeque::from([Err(outage as fn() -> LockError), Err(outage), Err(outage)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        // The job's code stands; the key expires by its TTL.
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(
+            lock.calls,
+            [
+                "acquire",
+                "start",
+                "release:ran",
+                "release:ran",
+                "release:ran"
+            ]
+        );
+        assert!(!ran.record.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_found_not_ours_at_release_after_the_job_ran_is_a_lost_lock() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = VecDeque::from([Ok(Release::NotOwner)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert!(ran.record.lost);
+        assert_eq!(
+            release_of(Release::NotOwner, Outcome::Aborted).await,
+            Released::Done,
+            "only a job that ran can have run without the lock"
+        );
+    }
+
+    /// What one release that finds `found` comes to, for a run that ended as `outcome`.
+    async fn release_of(found: Release, outcome: Outcome) -> Released {
+        let mut lock = Fake {
+            releases: VecDeque::from([Ok(found)]),
+            ..Fake::default()
+        };
+        let spec = LockSpec {
+            key: "k".into(),
+            ttl: SECS(30),
+            limit: None,
+            history: 0,
+            every: None,
+        };
+        let lease = Lease::phantom(&spec, &Holder::new(std::ffi::OsStr::new("job")));
+        let note = Note {
+            outcome,
+            exit_code: Some(0),
+            duration: Duration::ZERO,
+        };
+        release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_not_ours_on_a_retried_release_is_not_a_lost_lock() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = VecDeque::from([Err(outage as fn() -> LockError), Ok(Release::NotOwner)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        // Most likely the first attempt deleted the key and only its reply was lost.
+        assert!(!ran.record.lost);
+        assert_eq!(lock.calls.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_expired_before_the_start_while_waiting_is_given_back_and_taken_again() {
+        let mut lock = fake(vec![Answer::Acquired(1), Answer::Acquired(2)]);
+        let ran = run(
+            &mut lock,
+            Wait::For(SECS(10)),
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        // The first lease goes back without a history entry: the run's is written once.
+        assert_eq!(
+            lock.calls,
+            [
+                "subscribe",
+                "acquire",
+                "start",
+                "release:-",
+                "subscribe",
+                "acquire",
+                "start",
+                "release:ran"
+            ]
+        );
+        assert_eq!(ran.record.fence, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_that_expired_before_the_start_without_a_wait_skips_the_run() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let ran = run(
+            &mut lock,
+            ONCE,
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert_eq!(lock.calls, ["acquire", "start", "release:skipped"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_that_could_not_start_gives_the_tick_back_as_an_error() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            code: ExitCode::NotFound,
+            keep: Duration::ZERO,
+        }];
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(ran.code, ExitCode::NotFound);
+        assert_eq!(lock.calls, ["acquire", "start", "release:error"]);
+        assert_eq!(lock.keeps, [Duration::ZERO]);
+    }
+}
