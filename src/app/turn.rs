@@ -398,13 +398,24 @@ mod tests {
 
     /// The errors the fake answers with, made in one place.
     fn outage() -> LockError {
-        LockError::Unavailable("Redis unavailable: connection refused".into())
+        use crate::lock::failure::{Cause, Kind, Trouble};
+        let cause = Cause::Server {
+            trouble: Trouble::Connect,
+            words: "connection refused".into(),
+            tls: false,
+        };
+        LockError::on("redis://127.0.0.1:1", Kind::Unavailable(cause))
     }
     fn refusal() -> LockError {
-        LockError::Refused("NOPERM this user has no permissions".into())
+        use crate::lock::failure::{Auth, Kind};
+        LockError::on("redis://127.0.0.1:1", Kind::Auth(Auth::Wrong))
     }
     fn misuse() -> LockError {
-        LockError::Misuse("WRONGTYPE the key holds another type".into())
+        use crate::lock::failure::Misuse;
+        LockError::misuse(Misuse::Foreign {
+            key: "k".into(),
+            found: "hash".into(),
+        })
     }
 
     /// What the fake answers an acquire with.

@@ -497,7 +497,7 @@ impl RedisLock {
     }
 
     /// One `EVAL` without the retry: for release, whose caller retries itself and must know
-    /// that the first attempt's outcome is unknown (see `app::release`).
+    /// that the first attempt's outcome is unknown (see `app::turn::release`).
     async fn eval_once(
         &mut self,
         script: &Script,
