@@ -1,8 +1,7 @@
 -- Acquire an exclusive lock in one round trip: this file's fast path runs right after
 -- prelude.lua, then queue.lua's functions are defined and acquire_queued.lua goes on. (A
 -- script's `local function`s are created anew on every call, so the common case stops before
--- the queue's are: 7.5 % of the server's instructions per uncontended lock cycle, counted with
--- callgrind around a redis-server running these scripts with lockrun's arguments.)
+-- the queue's are created; what that saves the server is in docs/benchmarks.md.)
 -- KEYS[1] lock, KEYS[2] fencing counter (never expires), KEYS[3] queue, KEYS[4] ticket expiries,
 -- KEYS[5] history
 -- ARGV[1] holder value "<public id> host=... pid=... started=... program=...", ARGV[2] ttl ms,
