@@ -15,7 +15,7 @@ use std::time::Duration;
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// Runs a key's history keeps by default (`--history`), and at most.
 pub const DEFAULT_HISTORY: u32 = 100;
-/// Defaults given as text (clap parses them like any value); `fast` uses the same.
+/// Defaults given as text: clap parses them like any value.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 const DEFAULT_TTL: &str = "30s";
 const DEFAULT_KILL_AFTER: &str = "10s";
@@ -232,10 +232,15 @@ pub struct Connection {
 pub struct Logs {
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held);
     /// LOCKRUN_QUIET yields to -v
-    // With -v as well, -q on the command line conflicts: see `quiet_given`.
     #[arg(short, long, env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,
+
+    /// Whether `-q` was on the command line itself, not only in `LOCKRUN_QUIET`: with `-v` as
+    /// well, the two flags conflict, while the variable yields to the flag. Filled from clap's
+    /// record of where the value came from, once the line is parsed.
+    #[arg(skip)]
+    pub quiet_given: bool,
 
     /// More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn,
     /// info (default), debug, trace, or a tracing filter such as lockrun=debug
@@ -437,7 +442,6 @@ fn parse_key(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-mod fast;
 pub mod verbs;
 
 /// What the command line asks for: a run (the classic form, or `lockrun run …`) or one of the
@@ -448,60 +452,90 @@ pub enum Invocation {
     Verb(Box<verbs::Verb>),
 }
 
+/// The command line, described once: the run form ([`Args`]) with the operators' commands
+/// ([`verbs::Verb`]) and `run`, the explicit run form, as its subcommands. Parsing uses it, and
+/// so do `--help`, the man pages, the completions and the README's options table
+/// (`examples/gen-docs.rs`).
+///
+/// A subcommand is taken only as the first word (`args_conflicts_with_subcommands`), so a
+/// run's KEY and COMMAND can be any word; [`parse_from`] brings a command word that follows
+/// options to the front. No `help` subcommand: `lockrun help …` runs a lock named "help".
+pub fn command() -> clap::Command {
+    use clap::{Args as _, Subcommand as _};
+    let run = Args::augment_args(clap::Command::new("run"))
+        .about("Run COMMAND under lock KEY: the explicit run form, for a lock named like a command")
+        .override_usage("lockrun run [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...");
+    verbs::Verb::augment_subcommands(Args::command())
+        .subcommand(run)
+        .args_conflicts_with_subcommands(true)
+        .disable_help_subcommand(true)
+}
+
 /// Parses the process arguments. Help and version print to stdout; errors print one line to
 /// stderr. Either way the caller gets the exit code to use.
 pub fn parse() -> Result<Invocation, ExitCode> {
     parse_from(std::env::args_os())
 }
 
-/// [`parse`] of given words (the program's name first).
+/// [`parse`] of given words (the program's name first). The run form stays exactly as it was:
+/// only when the first word that is not an option (or an option's value) names a subcommand of
+/// [`command`] is it a command; it moves to the front, so the connection and log options may
+/// come before it as well as after (`lockrun -r URL status KEY`). `run` is the run form again,
+/// for a lock named like a command.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // The plain run form first, without clap (see `fast`): it gives what clap would, or nothing.
-    match fast::parse(&argv) {
-        Some(args) => Ok(Invocation::Run(Box::new(args))),
-        None => parse_with_clap(argv),
+    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut cmd = without_empty_env(command());
+    let word = first_positional(&cmd, &argv).filter(|&i| cmd.find_subcommand(&argv[i]).is_some());
+    if let Some(at) = word {
+        if let Some(why) = run_line_with_a_verb(&cmd, &argv, at) {
+            // The line is a run: its log format is read as one.
+            let mut run = argv.clone();
+            run.remove(at);
+            crate::logging::print_early_error(&why, json_wanted(&run));
+            return Err(ExitCode::Usage);
+        }
+        let word = argv.remove(at);
+        argv.insert(1, word);
     }
+    let parsed = cmd
+        .try_get_matches_from_mut(argv.clone())
+        .and_then(|m| match m.subcommand() {
+            None => run_from(&m),
+            Some(("run", sub)) => run_from(sub),
+            Some((_, sub)) => verbs::Verb::from_arg_matches(&m).map(|mut verb| {
+                verb.common_mut().logs.quiet_given = quiet_given(sub);
+                Invocation::Verb(Box::new(verb))
+            }),
+        });
+    parsed.map_err(|e| said(&cmd, e, &argv))
 }
 
-/// [`parse_from`] by clap alone. The run form stays exactly as it was: only when the first word
-/// that is not an option (or an option's value) is one of [`verbs::VERBS`] is it a command; it
-/// moves to the front, so connection options may come before or after it (`lockrun -r URL
-/// status KEY`). `run` is dropped and the rest parsed as the run form, for a lock named like a
-/// command.
-fn parse_with_clap(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
-    let verb = first_positional(&Args::command(), &argv)
-        .filter(|&i| verbs::VERBS.iter().any(|v| argv[i] == *v));
-    match verb {
-        Some(i) if argv[i] == "run" => {
-            argv.remove(i);
-            parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a)))
-        }
-        Some(i) => {
-            if let Some(why) = run_line_with_a_verb(&argv, i) {
-                crate::logging::print_early_error(&why, json_wanted(&argv));
-                return Err(ExitCode::Usage);
-            }
-            let word = argv.remove(i);
-            argv.insert(1.min(argv.len()), word);
-            parse_as::<verbs::VerbLine>(argv).map(|v| Invocation::Verb(Box::new(v.verb)))
-        }
-        None => parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a))),
-    }
+/// The run form from its matches (the whole line's, or `run`'s).
+fn run_from(m: &clap::ArgMatches) -> Result<Invocation, clap::Error> {
+    let mut args = Args::from_arg_matches(m)?;
+    args.logs.quiet_given = quiet_given(m);
+    Ok(Invocation::Run(Box::new(args)))
 }
 
-/// Whether the line whose word `at` is a verb is really a run of a lock named like it: a `--`
-/// (only a run has a command after it) or an option only a run takes (`-E`, `--every`). The
-/// verb would read the command as its KEY and exit 0 (`lockrun -q history -- ./rotate.sh`: cron
-/// saw success and the job never ran), so it is refused, saying what to write instead.
-fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
-    let verbs = verbs::VerbLine::command();
+/// Whether `-q` came from the command line rather than `LOCKRUN_QUIET` (see [`Logs::quiet_given`]).
+fn quiet_given(m: &clap::ArgMatches) -> bool {
+    m.value_source("quiet") == Some(clap::parser::ValueSource::CommandLine)
+}
+
+/// Whether the line whose word `at` is an operator's command is really a run of a lock named
+/// like it: a `--` (only a run has a command after it) or an option only a run takes (`-E`,
+/// `--every`). The command would read the run's command as its KEY and exit 0 (`lockrun -q
+/// history -- ./rotate.sh`: cron saw success and the job never ran), so it is refused, saying
+/// what to write instead. `run` itself takes all of them.
+fn run_line_with_a_verb(cmd: &clap::Command, argv: &[OsString], at: usize) -> Option<String> {
     let verb = argv[at].to_string_lossy().into_owned();
-    let sub = verbs.find_subcommand(&verb)?;
+    let sub = cmd
+        .find_subcommand(&verb)
+        .filter(|s| s.get_name() != "run")?;
     let known = |word: &str| {
         let word = word.split('=').next().unwrap_or(word);
         sub.get_arguments().any(|a| {
@@ -511,7 +545,7 @@ fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
                     && word.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short())
         })
     };
-    let run_only = Args::command()
+    let run_only = cmd
         .get_arguments()
         .flat_map(|a| {
             let long = a.get_long().map(|l| format!("--{l}"));
@@ -534,32 +568,9 @@ fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
     })
 }
 
-/// Whether `-q`/`--quiet` is on the command line itself (before the key), not only in
-/// `LOCKRUN_QUIET`: with `-v` as well, the two flags conflict, while the variable yields to
-/// the flag. Asked only when both are set.
-pub fn quiet_given() -> bool {
-    let argv: Vec<OsString> = std::env::args_os().collect();
-    // A run's options come before its KEY; an operators' command takes them after its word too.
-    let end = match first_positional(&Args::command(), &argv) {
-        Some(i) if verbs::VERBS.iter().any(|v| argv[i] == *v) => {
-            argv.iter().position(|w| w == "--").unwrap_or(argv.len())
-        }
-        Some(i) => i,
-        None => argv.len(),
-    };
-    argv[1..end].iter().any(|w| {
-        let w = w.to_string_lossy();
-        w == "--quiet"
-            || w.starts_with("--quiet=")
-            || (w.len() > 1
-                && w.starts_with('-')
-                && !w.starts_with("--")
-                && w[1..].chars().all(|c| c == 'q' || c == 'v')
-                && w.contains('q'))
-    })
-}
-
-/// Where the first word that is neither an option nor an option's value is, up to `--`.
+/// Where the first word that is neither an option nor an option's value is, up to `--`: the
+/// dispatch above, which clap cannot do while a subcommand is only taken first. Which options
+/// take a value comes from `cmd`'s own arguments.
 fn first_positional(cmd: &clap::Command, argv: &[OsString]) -> Option<usize> {
     let takes_value = |a: &clap::Arg| a.get_action().takes_values();
     let long_takes = |name: &str| {
@@ -611,58 +622,41 @@ fn without_empty_env(mut cmd: clap::Command) -> clap::Command {
     for id in empty {
         cmd = cmd.mut_arg(id, |a| a.env(None));
     }
-    let subs: Vec<String> = cmd
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect();
-    for name in subs {
-        cmd = cmd.mut_subcommand(name, without_empty_env);
-    }
-    cmd
+    cmd.mut_subcommands(without_empty_env)
 }
 
-fn parse_as<P: CommandFactory + FromArgMatches>(argv: Vec<OsString>) -> Result<P, ExitCode> {
-    let mut cmd = without_empty_env(P::command());
-    let parsed = cmd
-        .try_get_matches_from_mut(argv.clone())
-        .and_then(|m| P::from_arg_matches(&m));
-    match parsed {
-        Ok(args) => Ok(args),
-        Err(e) if !e.use_stderr() => {
-            // --help / --version, through `output` so a full stdout is exit 74, not 0.
-            crate::output::print(&e.render().to_string());
-            Err(ExitCode::Command(0))
-        }
-        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
-            // clap says "invalid UTF-8 was detected in one or more arguments" without saying
-            // where: name the variable if one of ours is it.
-            let var = cmd
-                .get_arguments()
-                .filter_map(|a| a.get_env())
-                .find(|v| std::env::var_os(v).is_some_and(|x| x.to_str().is_none()));
-            let line = match var {
-                Some(v) => format!(
-                    "the environment variable {} is not valid UTF-8 (see 'lockrun --help')",
-                    v.to_string_lossy()
-                ),
-                None => "an argument is not valid UTF-8 (see 'lockrun --help')".to_string(),
-            };
-            crate::logging::print_early_error(&line, json_wanted(&argv));
-            Err(ExitCode::Usage)
-        }
-        Err(e) => {
-            let mut line = one_line(&e.to_string());
-            if let Some(var) = from_environment(&cmd, &e, &argv) {
-                line = format!("{line}, from the environment variable {var}");
-            }
-            line.push_str(" (see 'lockrun --help')");
-            crate::logging::print_early_error(
-                line.trim_start_matches("error: "),
-                json_wanted(&argv),
-            );
-            Err(ExitCode::Usage)
-        }
+/// What a clap error becomes: help and version printed (exit 0), anything else one line on
+/// stderr (exit 64).
+fn said(cmd: &clap::Command, e: clap::Error, argv: &[OsString]) -> ExitCode {
+    if !e.use_stderr() {
+        // --help / --version, through `output` so a full stdout is exit 74, not 0.
+        crate::output::print(&e.render().to_string());
+        return ExitCode::Command(0);
     }
+    let line = if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
+        // clap says "invalid UTF-8 was detected in one or more arguments" without saying
+        // where: name the variable if one of ours is it.
+        let var = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .find(|v| std::env::var_os(v).is_some_and(|x| x.to_str().is_none()));
+        match var {
+            Some(v) => format!(
+                "the environment variable {} is not valid UTF-8 (see 'lockrun --help')",
+                v.to_string_lossy()
+            ),
+            None => "an argument is not valid UTF-8 (see 'lockrun --help')".to_string(),
+        }
+    } else {
+        let mut line = one_line(&e.to_string());
+        if let Some(var) = from_environment(cmd, &e, argv) {
+            line = format!("{line}, from the environment variable {var}");
+        }
+        line.push_str(" (see 'lockrun --help')");
+        line.trim_start_matches("error: ").to_string()
+    };
+    crate::logging::print_early_error(&line, json_wanted(argv));
+    ExitCode::Usage
 }
 
 /// The environment variable an invalid value came from, when it did not come from the command
@@ -688,28 +682,39 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
     (std::env::var(&var).ok().as_deref() == Some(value.as_str()) && !on_command_line).then_some(var)
 }
 
-/// Whether the user asked for JSON log lines, read straight from the arguments and the
-/// environment: a usage error happens before the options are known, and a log pipeline that
-/// asked for JSON must not get a plain-text line it cannot parse.
+/// Whether the user asked for JSON log lines: a usage error is said before the options are
+/// known, and a log pipeline that asked for JSON must not get a plain-text line it cannot
+/// parse. clap reads the line again, leniently: errors ignored (the reading ends at the first
+/// word it cannot place), every value taken as written (another option's refused value must
+/// not hide the wish), and no variable but `--log-format`'s (nor another's bad value).
 fn json_wanted(argv: &[OsString]) -> bool {
-    let mut after_flag = false;
-    let mut from_args = None;
-    for a in argv.iter().skip(1).map(|a| a.to_string_lossy()) {
-        if a == "--" {
-            break;
-        }
-        if after_flag {
-            from_args = Some(a.eq_ignore_ascii_case("json"));
-            after_flag = false;
-        } else if a == "--log-format" {
-            after_flag = true;
-        } else if let Some(v) = a.strip_prefix("--log-format=") {
-            from_args = Some(v.eq_ignore_ascii_case("json"));
-        }
+    fn lenient(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            let a = if a.get_id() == "log_format" {
+                a
+            } else {
+                a.env(None)
+            };
+            if a.get_action().takes_values() {
+                a.value_parser(clap::builder::OsStringValueParser::new())
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(lenient)
     }
-    from_args.unwrap_or_else(|| {
-        std::env::var("LOCKRUN_LOG_FORMAT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("json"))
-    })
+    let Ok(matches) = lenient(without_empty_env(command()))
+        .ignore_errors(true)
+        .try_get_matches_from(argv)
+    else {
+        return false;
+    };
+    let mut m = &matches;
+    while let Some((_, sub)) = m.subcommand() {
+        m = sub;
+    }
+    m.get_one::<OsString>("log_format")
+        .is_some_and(|v| v.to_string_lossy().trim().eq_ignore_ascii_case("json"))
 }
 
 /// clap's errors span several lines (problem, usage, hint); cron mail and log pipelines want
@@ -734,8 +739,8 @@ fn one_line(rendered: &str) -> String {
     format!("{head}…{tail}")
 }
 
-/// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: the
-/// comparison of `fast` with clap sets them, and tests run on several threads.
+/// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: tests run
+/// on several threads.
 #[cfg(test)]
 static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -874,5 +879,172 @@ mod tests {
             s,
             "error: the following required arguments were not provided: <COMMAND>..."
         );
+    }
+
+    fn verb(args: &[&str]) -> verbs::Verb {
+        match parse_any(args) {
+            Ok(Invocation::Verb(v)) => *v,
+            other => panic!("{args:?} parsed as {other:?}"),
+        }
+    }
+
+    /// Every option can be set through a variable (`-v` alone counts, `LOCKRUN_LOG` is its
+    /// variable): a Kubernetes manifest or a systemd unit configures lockrun without flags.
+    #[test]
+    fn every_option_has_a_variable() {
+        for a in command().get_arguments() {
+            if a.is_positional() || a.get_id() == "verbose" {
+                continue;
+            }
+            let var = a.get_env().map(|v| v.to_string_lossy().into_owned());
+            let long = a.get_long().unwrap_or_default();
+            let expected = format!("LOCKRUN_{}", long.to_uppercase().replace('-', "_"));
+            // The one variable not named after its flag: what a URL is, not a verb.
+            let expected = if long == "redis" {
+                "LOCKRUN_REDIS_URL".to_string()
+            } else {
+                expected
+            };
+            assert_eq!(var.as_deref(), Some(expected.as_str()), "--{long}");
+        }
+    }
+
+    #[test]
+    fn variables_set_options_flags_win_and_empty_counts_as_unset() {
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let vars = [
+            ("LOCKRUN_TTL", "1m"),
+            ("LOCKRUN_REDIS_URL", "redis://h:1"),
+            ("LOCKRUN_QUIET", "yes"),
+            ("LOCKRUN_WAIT", ""),
+            ("LOCKRUN_CONFLICT_EXIT_CODE", ""),
+            ("LOCKRUN_LOG_FORMAT", ""),
+        ];
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+        let line =
+            |args: &[&str]| parse_from(std::iter::once("lockrun").chain(args.iter().copied()));
+        let from_env = line(&["k", "true"]);
+        let flags = line(&["-t", "2m", "-r", "redis://x", "k", "true"]);
+        let status = line(&["status", "k"]);
+        for (k, _) in vars {
+            std::env::remove_var(k);
+        }
+        let Ok(Invocation::Run(a)) = from_env else {
+            panic!("{from_env:?}")
+        };
+        assert_eq!(a.ttl, Duration::from_secs(60));
+        assert_eq!(a.conn.redis, ["redis://h:1"]);
+        assert!(a.logs.quiet && !a.logs.quiet_given);
+        assert!(a.wait.is_zero());
+        assert_eq!(a.conflict_exit_code, crate::exit_codes::DEFAULT_CONFLICT);
+        assert_eq!(a.logs.log_format, Format::Text);
+        let Ok(Invocation::Run(a)) = flags else {
+            panic!("{flags:?}")
+        };
+        assert_eq!(a.ttl, Duration::from_secs(120));
+        assert_eq!(a.conn.redis, ["redis://x"]);
+        // The operators' commands read the same variables.
+        let Ok(Invocation::Verb(v)) = status else {
+            panic!("{status:?}")
+        };
+        assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+    }
+
+    #[test]
+    fn quiet_given_says_where_quiet_came_from() {
+        assert!(parse(&["-q", "k", "true"]).unwrap().logs.quiet_given);
+        assert!(parse(&["-vq", "k", "true"]).unwrap().logs.quiet_given);
+        // Between the key and the command it is still lockrun's; after, the command's.
+        assert!(parse(&["k", "-q", "true"]).unwrap().logs.quiet_given);
+        assert!(!parse(&["k", "true", "-q"]).unwrap().logs.quiet_given);
+        assert!(verb(&["-q", "status", "k"]).common().logs.quiet_given);
+        assert!(verb(&["status", "k", "-q"]).common().logs.quiet_given);
+        assert!(!verb(&["status", "k"]).common().logs.quiet_given);
+    }
+
+    /// A command word is one only as the first word that is not an option or its value; the
+    /// run form takes any other word as KEY or COMMAND.
+    #[test]
+    fn command_words_and_the_run_form() {
+        let v = verb(&["-r", "redis://h:1", "-q", "status", "k", "--json"]);
+        assert!(matches!(&v, verbs::Verb::Status(s) if s.key == "k"));
+        assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+        assert!(v.common().json && v.common().logs.quiet);
+        let v = verb(&["-vv", "--log-format=json", "history", "k", "-n", "5"]);
+        assert!(matches!(&v, verbs::Verb::History(h) if h.count == 5));
+        assert_eq!(v.common().logs.verbose, 2);
+        assert!(matches!(verb(&["list"]), verbs::Verb::List(l) if l.pattern == "*"));
+        for (line, key, command) in [
+            (
+                &["-t", "5s", "run", "status", "--", "true"][..],
+                "status",
+                "true",
+            ),
+            (&["run", "-E", "0", "run", "true"], "run", "true"),
+            (&["k", "status"], "k", "status"),
+            (&["-t", "5s", "k", "run", "x"], "k", "run"),
+            (&["--", "status", "true"], "status", "true"),
+            (&["help", "true"], "help", "true"),
+            (&["statuses", "true"], "statuses", "true"),
+            (&["-r", "status", "k", "true"], "k", "true"),
+        ] {
+            let a = parse(line).unwrap();
+            assert_eq!(
+                (a.key.as_str(), a.command[0].to_str().unwrap()),
+                (key, command),
+                "{line:?}"
+            );
+        }
+        let a = parse(&["-t", "5s", "run", "-E", "0", "k", "true"]).unwrap();
+        assert_eq!((a.ttl, a.conflict_exit_code), (Duration::from_secs(5), 0));
+    }
+
+    /// A verb's line with a command after `--`, or with an option only a run takes, is refused
+    /// (the verb would read the command as its KEY and exit 0).
+    #[test]
+    fn a_run_line_with_a_command_word_is_refused() {
+        for line in [
+            &["-q", "history", "--", "./rotate.sh"][..],
+            &["-E", "0", "status", "--", "sh"],
+            &["list", "--every", "1m", "sh", "-c", "x"],
+            &["doctor", "-E", "0", "--", "sh"],
+            &["status", "k", "--"],
+            &["release", "--ttl=5s", "k"],
+        ] {
+            assert_eq!(parse_any(line).err(), Some(ExitCode::Usage), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_is_said_in_json_when_json_was_asked_for() {
+        let words = |args: &[&str]| -> Vec<OsString> {
+            std::iter::once("lockrun")
+                .chain(args.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        for (line, json) in [
+            (&["--log-format", "json", "-t", "0", "k", "true"][..], true),
+            (&["-t", "0", "--log-format=json", "k", "true"], true),
+            (&["--log-format", "JSON", "k", "true"], true),
+            (&["-E", "300", "k", "true"], false),
+            (&["status", "--log-format", "json"], true),
+            (&["--log-format", "json", "status"], true),
+            // After the command, the words are the command's.
+            (&["k", "--log-format", "json"], true),
+            (&["k", "true", "--log-format", "json"], false),
+        ] {
+            assert_eq!(json_wanted(&words(line)), json, "{line:?}");
+        }
+        std::env::set_var("LOCKRUN_LOG_FORMAT", " json");
+        std::env::set_var("LOCKRUN_TTL", "0");
+        let from_env = json_wanted(&words(&["k", "true"]));
+        let flag_wins = json_wanted(&words(&["--log-format", "text", "k", "true"]));
+        std::env::remove_var("LOCKRUN_LOG_FORMAT");
+        std::env::remove_var("LOCKRUN_TTL");
+        assert!(from_env && !flag_wins);
     }
 }
