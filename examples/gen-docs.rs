@@ -48,13 +48,24 @@ fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// An option's help: the long one where there is one, and what each of its values does.
+/// An option's help on one line: the long one where there is one (its paragraphs run on, the
+/// summary given a full stop), and what each of its values does.
 fn help_of(arg: &clap::Arg) -> String {
-    let mut help = arg
+    let text = arg
         .get_long_help()
         .or(arg.get_help())
         .map(|h| h.to_string())
         .unwrap_or_default();
+    let mut help = String::new();
+    for paragraph in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
+        if !help.is_empty() {
+            if !help.ends_with(['.', ':', ';']) {
+                help.push('.');
+            }
+            help.push(' ');
+        }
+        help.push_str(&paragraph.replace('\n', " "));
+    }
     let values: Vec<String> = arg
         .get_possible_values()
         .iter()
@@ -68,8 +79,13 @@ fn help_of(arg: &clap::Arg) -> String {
 
 /// The options of the run form as a Markdown table, then the variables without an option.
 fn options_table(cmd: &clap::Command) -> String {
-    // A cell's text: `|` would end the cell, `<service>` would be read as HTML.
-    let cell = |s: &str| s.replace('|', "\\|").replace('<', "\\<");
+    // A cell's text: `|` would end the cell, `<service>` would be read as HTML, `***` as
+    // emphasis.
+    let cell = |s: &str| {
+        s.replace('|', "\\|")
+            .replace('<', "\\<")
+            .replace('*', "\\*")
+    };
     let mut table = String::from("| option | env | default | meaning |\n|---|---|---|---|\n");
     for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
         let Some(long) = arg.get_long() else {

@@ -87,6 +87,8 @@ pub struct Args {
     /// less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick
     /// finds it free; given back at once if the command could not be started (126/127).
     /// Recorded in the history and the metrics file. Not with --wait
+    ///
+    /// Alerts judge each job by its period. With a --wait other than 0, exit 64.
     #[arg(long, env = "LOCKRUN_EVERY", value_name = "DURATION", value_parser = parse_every,
           allow_hyphen_values = true, hide_env_values = true)]
     pub every: Option<Duration>,
@@ -94,18 +96,30 @@ pub struct Args {
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
     /// (at most 30d); the low-level knob behind --every, which it overrides (it must then be
     /// shorter than the period)
+    ///
+    /// When the command ends sooner, the key keeps the remaining time as its TTL instead of
+    /// being deleted. A command that could not be started (126/127) gives the key back at once
+    /// whatever the hold. At or beyond the --every period, exit 64.
     #[arg(long, env = "LOCKRUN_MIN_HOLD", value_name = "DURATION",
           value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
     pub min_hold: Option<Duration>,
 
     /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
     /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
+    ///
+    /// WAIT N waits within two thirds of the request timeout (in a Cluster, a quarter of it).
+    /// Fewer replicas: the key is given back and the run is unavailable (exit 69; retried while
+    /// --wait lasts), or the renewal is unconfirmed (if that lasts, the command is stopped before
+    /// its lease can end). Needs +wait in a Redis ACL.
     #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
           value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
     pub acks: u32,
 
     /// Count the lock and each renewal only once the server has fsynced them to its append-only
     /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
+    ///
+    /// The server needs appendonly yes; without it, or on an older server, exit 69 saying which is
+    /// missing. Needs +waitaof in a Redis ACL.
     #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
     pub fsync: bool,
 
@@ -122,17 +136,26 @@ pub struct Args {
     pub limit: Option<u32>,
 
     /// Signal only the direct child, not its process group
+    ///
+    /// The command then runs in lockrun's own process group.
     #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
           hide_env_values = true)]
     pub no_group: bool,
 
     /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
+    ///
+    /// They are part of the job: the lock is held until they are gone (SIGTERM once the command
+    /// exits, SIGKILL after --kill-after).
     #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
           hide_env_values = true)]
     pub subreaper: bool,
 
     /// When lockrun ends, write how the run went to PATH in Prometheus text format, for
     /// node_exporter's textfile collector (replaced atomically; a failure to write is a warning)
+    ///
+    /// A relative PATH is from lockrun's working directory. A directory that does not exist is
+    /// not a usage error: the write fails at the end with a warning, and the exit code stays the
+    /// run's.
     #[arg(long, env = "LOCKRUN_METRICS_FILE", value_name = "PATH", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub metrics_file: Option<std::path::PathBuf>,
@@ -159,6 +182,14 @@ pub struct Connection {
     /// redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS).
     /// Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over
     /// that many independent masters, the lock held on a majority
+    ///
+    /// Sentinel: the primary the sentinels name (default port 26379); Cluster: seed nodes (default
+    /// port 6379). In messages the URL's password and its query's pass=, password= and user=
+    /// values (every query value but db and protocol) show as ***.
+    /// Percent-encode @ (%40), / (%2F), ?, # and % in a password and : in a user name: a URL that
+    /// is ambiguous without it is refused (exit 64) and not echoed. A list is split only where a
+    /// comma is followed by scheme://, so a Sentinel or Cluster host list stays whole. Exactly 2
+    /// URLs, or one server twice (however spelled), is exit 64.
     #[arg(
         short,
         long,
@@ -172,23 +203,32 @@ pub struct Connection {
 
     /// Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10
     /// within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)
+    ///
+    /// Above 0 and below TTL/3, or exit 64.
     #[arg(long, env = "LOCKRUN_NODE_TIMEOUT", value_name = "DURATION",
           value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
     pub node_timeout: Option<Duration>,
 
     /// ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL,
     /// LOCKRUN_REDIS_PASSWORD or --redis-password-file)
+    ///
+    /// Without a password, exit 64.
     #[arg(long, env = "LOCKRUN_REDIS_USER", value_name = "NAME", hide_env_values = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub redis_user: Option<String>,
 
     /// Read the Redis password from FILE (one trailing newline stripped), keeping it out of the
     /// crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)
+    ///
+    /// An unreadable or empty file is exit 64, and so is LOCKRUN_REDIS_PASSWORD as well.
     #[arg(long, env = "LOCKRUN_REDIS_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub redis_password_file: Option<std::path::PathBuf>,
 
     /// rediss://: trust only the CA certificates in FILE (PEM) instead of the system store
+    ///
+    /// For a private CA, without changing the machine's trust store. rediss:// here and in the
+    /// options below includes rediss+sentinel:// and rediss+cluster://.
     #[arg(
         long,
         env = "LOCKRUN_TLS_CA",
@@ -198,6 +238,8 @@ pub struct Connection {
     pub tls_ca: Option<std::path::PathBuf>,
 
     /// rediss://: present this client certificate (PEM), for servers with tls-auth-clients
+    ///
+    /// With --tls-key: both or neither.
     #[arg(
         long,
         env = "LOCKRUN_TLS_CERT",
@@ -207,6 +249,8 @@ pub struct Connection {
     pub tls_cert: Option<std::path::PathBuf>,
 
     /// rediss://: the client certificate's private key (PEM)
+    ///
+    /// With --tls-cert: both or neither.
     #[arg(
         long,
         env = "LOCKRUN_TLS_KEY",
@@ -217,11 +261,15 @@ pub struct Connection {
 
     /// TLS without verifying the server's certificate: only for testing, it allows anyone on the
     /// path to impersonate the server (logged as a warning on every run)
+    ///
+    /// Without a TLS URL, exit 64.
     #[arg(long, env = "LOCKRUN_TLS_INSECURE", value_parser = parse_switch, hide_env_values = true)]
     pub tls_insecure: bool,
 
     /// redis+sentinel://: read the sentinels' own password from FILE (the URL's password is the
     /// data nodes'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)
+    ///
+    /// The sentinels' requirepass (sentinel.conf), read like --redis-password-file.
     #[arg(long, env = "LOCKRUN_SENTINEL_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub sentinel_password_file: Option<std::path::PathBuf>,
@@ -248,6 +296,8 @@ pub struct Logs {
     pub verbose: u8,
 
     /// Log format for lockrun's own lines on stderr
+    ///
+    /// json: one object per line (timestamp, level, message, fields), for log pipelines.
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
           hide_env_values = true)]
     pub log_format: Format,
