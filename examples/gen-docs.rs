@@ -1,7 +1,7 @@
 //! Writes the man pages, the shell completions and the README's options table from the one
 //! description of the command line, `cli::command()` (what parsing uses):
 //!
-//!     cargo run --example gen-docs -- packaging        # packaging/man, packaging/completions, README.md
+//!     cargo run --example gen-docs -- packaging   # packaging/{man,completions}, README.md
 //!
 //! The README is the one beside the output directory (`packaging/../README.md`); only the part
 //! between its options markers is written. The generated files are committed;

@@ -1,4 +1,5 @@
-//! The command line: `lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...`
+//! The command line: `lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...`, and the operators'
+//! commands ([`verbs`]), described once ([`command`]) and read by clap alone.
 //!
 //! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
