@@ -226,7 +226,7 @@ fn main() -> std::io::Result<()> {
         // clap is built without its `string` feature: names are &'static str.
         let name: &'static str = format!("lockrun-{}", sub.get_name()).leak();
         let bin_name = format!("lockrun {}", sub.get_name());
-        let page = sub.clone().name(name).bin_name(bin_name);
+        let page = sub.clone().name(name).bin_name(bin_name).display_name(name);
         write(&out.join(format!("man/{name}.1")), &man_page(page, false)?)?;
     }
 

@@ -285,9 +285,9 @@ pub struct Logs {
           value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,
 
-    /// Whether `-q` was on the command line itself, not only in `LOCKRUN_QUIET`: with `-v` as
-    /// well, the two flags conflict, while the variable yields to the flag. Filled from clap's
-    /// record of where the value came from, once the line is parsed.
+    /// Whether `-q` was on the command line itself (a run's: before its key), not only in
+    /// `LOCKRUN_QUIET`: with `-v` as well, the two flags conflict, while the variable yields to
+    /// the flag. Filled from clap's record of where the value came from, once the line is parsed.
     #[arg(skip)]
     pub quiet_given: bool,
 
@@ -515,7 +515,9 @@ pub fn command() -> clap::Command {
     use clap::{Args as _, Subcommand as _};
     let run = Args::augment_args(clap::Command::new("run"))
         .about("Run COMMAND under lock KEY: the explicit run form, for a lock named like a command")
-        .override_usage("lockrun run [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...");
+        .override_usage("lockrun run [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...")
+        // `lockrun run --version` says what `lockrun --version` says.
+        .display_name("lockrun");
     verbs::Verb::augment_subcommands(Args::command())
         .subcommand(run)
         .args_conflicts_with_subcommands(true)
@@ -568,7 +570,9 @@ where
 /// The run form from its matches (the whole line's, or `run`'s).
 fn run_from(m: &clap::ArgMatches) -> Result<Invocation, clap::Error> {
     let mut args = Args::from_arg_matches(m)?;
-    args.logs.quiet_given = quiet_given(m);
+    // Before the key, as it has always been counted: a `-q` between the key and the command
+    // yields to `-v` like the variable does.
+    args.logs.quiet_given = quiet_given(m) && m.index_of("quiet") < m.index_of("key");
     Ok(Invocation::Run(Box::new(args)))
 }
 
@@ -735,9 +739,9 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
 
 /// Whether the user asked for JSON log lines: a usage error is said before the options are
 /// known, and a log pipeline that asked for JSON must not get a plain-text line it cannot
-/// parse. clap reads the line again, leniently: errors ignored (the reading ends at the first
-/// word it cannot place), every value taken as written (another option's refused value must
-/// not hide the wish), and no variable but `--log-format`'s (nor another's bad value).
+/// parse. clap reads the line again, leniently: every value taken as written (another option's
+/// refused value must not hide the wish), no variable but `--log-format`'s (nor another's bad
+/// value), a word it does not know left out, and what remains read as far as it goes.
 fn json_wanted(argv: &[OsString]) -> bool {
     fn lenient(cmd: clap::Command) -> clap::Command {
         cmd.mut_args(|a| {
@@ -754,10 +758,27 @@ fn json_wanted(argv: &[OsString]) -> bool {
         })
         .mut_subcommands(lenient)
     }
-    let Ok(matches) = lenient(without_empty_env(command()))
-        .ignore_errors(true)
-        .try_get_matches_from(argv)
-    else {
+    let mut cmd = lenient(without_empty_env(command()));
+    let mut words = argv.to_vec();
+    // Each round leaves out one unknown word; a line has only so many.
+    for _ in 0..argv.len() {
+        let Err(e) = cmd.try_get_matches_from_mut(&words) else {
+            break;
+        };
+        let unknown = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg))
+                if e.kind() == clap::error::ErrorKind::UnknownArgument =>
+            {
+                words.iter().position(|w| w == arg.as_str())
+            }
+            _ => None,
+        };
+        let Some(at) = unknown else {
+            break;
+        };
+        words.remove(at);
+    }
+    let Ok(matches) = cmd.ignore_errors(true).try_get_matches_from(words) else {
         return false;
     };
     let mut m = &matches;
@@ -1007,8 +1028,9 @@ mod tests {
     fn quiet_given_says_where_quiet_came_from() {
         assert!(parse(&["-q", "k", "true"]).unwrap().logs.quiet_given);
         assert!(parse(&["-vq", "k", "true"]).unwrap().logs.quiet_given);
-        // Between the key and the command it is still lockrun's; after, the command's.
-        assert!(parse(&["k", "-q", "true"]).unwrap().logs.quiet_given);
+        // Counted before the key only; after the command it is the command's.
+        assert!(!parse(&["k", "-q", "true"]).unwrap().logs.quiet_given);
+        assert!(parse(&["k", "-q", "true"]).unwrap().logs.quiet);
         assert!(!parse(&["k", "true", "-q"]).unwrap().logs.quiet_given);
         assert!(verb(&["-q", "status", "k"]).common().logs.quiet_given);
         assert!(verb(&["status", "k", "-q"]).common().logs.quiet_given);
@@ -1082,6 +1104,11 @@ mod tests {
             (&["-t", "0", "--log-format=json", "k", "true"], true),
             (&["--log-format", "JSON", "k", "true"], true),
             (&["-E", "300", "k", "true"], false),
+            (&["--bogus", "--log-format", "json", "k", "true"], true),
+            (
+                &["-x", "--bogus", "--log-format", "json", "k", "true"],
+                true,
+            ),
             (&["status", "--log-format", "json"], true),
             (&["--log-format", "json", "status"], true),
             // After the command, the words are the command's.
