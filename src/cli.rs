@@ -1,4 +1,5 @@
-//! The command line: `lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...`
+//! The command line: `lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...`, and the operators'
+//! commands ([`verbs`]), described once ([`command`]) and read by clap alone.
 //!
 //! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
@@ -15,7 +16,7 @@ use std::time::Duration;
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 /// Runs a key's history keeps by default (`--history`), and at most.
 pub const DEFAULT_HISTORY: u32 = 100;
-/// Defaults given as text (clap parses them like any value); `fast` uses the same.
+/// Defaults given as text: clap parses them like any value.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 const DEFAULT_TTL: &str = "30s";
 const DEFAULT_KILL_AFTER: &str = "10s";
@@ -87,6 +88,8 @@ pub struct Args {
     /// less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick
     /// finds it free; given back at once if the command could not be started (126/127).
     /// Recorded in the history and the metrics file. Not with --wait
+    ///
+    /// Alerts judge each job by its period. With a --wait other than 0, exit 64.
     #[arg(long, env = "LOCKRUN_EVERY", value_name = "DURATION", value_parser = parse_every,
           allow_hyphen_values = true, hide_env_values = true)]
     pub every: Option<Duration>,
@@ -94,18 +97,30 @@ pub struct Args {
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
     /// (at most 30d); the low-level knob behind --every, which it overrides (it must then be
     /// shorter than the period)
+    ///
+    /// When the command ends sooner, the key keeps the remaining time as its TTL instead of
+    /// being deleted. A command that could not be started (126/127) gives the key back at once
+    /// whatever the hold. At or beyond the --every period, exit 64.
     #[arg(long, env = "LOCKRUN_MIN_HOLD", value_name = "DURATION",
           value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
     pub min_hold: Option<Duration>,
 
     /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
     /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
+    ///
+    /// WAIT N waits within two thirds of the request timeout (in a Cluster, a quarter of it).
+    /// Fewer replicas: the key is given back and the run is unavailable (exit 69; retried while
+    /// --wait lasts), or the renewal is unconfirmed (if that lasts, the command is stopped before
+    /// its lease can end). Needs +wait in a Redis ACL.
     #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
           value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
     pub acks: u32,
 
     /// Count the lock and each renewal only once the server has fsynced them to its append-only
     /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
+    ///
+    /// The server needs appendonly yes; without it, or on an older server, exit 69 saying which is
+    /// missing. Needs +waitaof in a Redis ACL.
     #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
     pub fsync: bool,
 
@@ -122,17 +137,26 @@ pub struct Args {
     pub limit: Option<u32>,
 
     /// Signal only the direct child, not its process group
+    ///
+    /// The command then runs in lockrun's own process group.
     #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
           hide_env_values = true)]
     pub no_group: bool,
 
     /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
+    ///
+    /// They are part of the job: the lock is held until they are gone (SIGTERM once the command
+    /// exits, SIGKILL after --kill-after).
     #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
           hide_env_values = true)]
     pub subreaper: bool,
 
     /// When lockrun ends, write how the run went to PATH in Prometheus text format, for
     /// node_exporter's textfile collector (replaced atomically; a failure to write is a warning)
+    ///
+    /// A relative PATH is from lockrun's working directory. A directory that does not exist is
+    /// not a usage error: the write fails at the end with a warning, and the exit code stays the
+    /// run's.
     #[arg(long, env = "LOCKRUN_METRICS_FILE", value_name = "PATH", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub metrics_file: Option<std::path::PathBuf>,
@@ -159,6 +183,14 @@ pub struct Connection {
     /// redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS).
     /// Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over
     /// that many independent masters, the lock held on a majority
+    ///
+    /// Sentinel: the primary the sentinels name (default port 26379); Cluster: seed nodes (default
+    /// port 6379). In messages the URL's password and its query's pass=, password= and user=
+    /// values (every query value but db and protocol) show as ***.
+    /// Percent-encode @ (%40), / (%2F), ?, # and % in a password and : in a user name: a URL that
+    /// is ambiguous without it is refused (exit 64) and not echoed. A list is split only where a
+    /// comma is followed by scheme://, so a Sentinel or Cluster host list stays whole. Exactly 2
+    /// URLs, or one server twice (however spelled), is exit 64.
     #[arg(
         short,
         long,
@@ -172,23 +204,32 @@ pub struct Connection {
 
     /// Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10
     /// within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)
+    ///
+    /// Above 0 and below TTL/3, or exit 64.
     #[arg(long, env = "LOCKRUN_NODE_TIMEOUT", value_name = "DURATION",
           value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
     pub node_timeout: Option<Duration>,
 
     /// ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL,
     /// LOCKRUN_REDIS_PASSWORD or --redis-password-file)
+    ///
+    /// Without a password, exit 64.
     #[arg(long, env = "LOCKRUN_REDIS_USER", value_name = "NAME", hide_env_values = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub redis_user: Option<String>,
 
     /// Read the Redis password from FILE (one trailing newline stripped), keeping it out of the
     /// crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)
+    ///
+    /// An unreadable or empty file is exit 64, and so is LOCKRUN_REDIS_PASSWORD as well.
     #[arg(long, env = "LOCKRUN_REDIS_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub redis_password_file: Option<std::path::PathBuf>,
 
     /// rediss://: trust only the CA certificates in FILE (PEM) instead of the system store
+    ///
+    /// For a private CA, without changing the machine's trust store. rediss:// here and in the
+    /// options below includes rediss+sentinel:// and rediss+cluster://.
     #[arg(
         long,
         env = "LOCKRUN_TLS_CA",
@@ -198,6 +239,8 @@ pub struct Connection {
     pub tls_ca: Option<std::path::PathBuf>,
 
     /// rediss://: present this client certificate (PEM), for servers with tls-auth-clients
+    ///
+    /// With --tls-key: both or neither.
     #[arg(
         long,
         env = "LOCKRUN_TLS_CERT",
@@ -207,6 +250,8 @@ pub struct Connection {
     pub tls_cert: Option<std::path::PathBuf>,
 
     /// rediss://: the client certificate's private key (PEM)
+    ///
+    /// With --tls-cert: both or neither.
     #[arg(
         long,
         env = "LOCKRUN_TLS_KEY",
@@ -217,11 +262,15 @@ pub struct Connection {
 
     /// TLS without verifying the server's certificate: only for testing, it allows anyone on the
     /// path to impersonate the server (logged as a warning on every run)
+    ///
+    /// Without a TLS URL, exit 64.
     #[arg(long, env = "LOCKRUN_TLS_INSECURE", value_parser = parse_switch, hide_env_values = true)]
     pub tls_insecure: bool,
 
     /// redis+sentinel://: read the sentinels' own password from FILE (the URL's password is the
     /// data nodes'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)
+    ///
+    /// The sentinels' requirepass (sentinel.conf), read like --redis-password-file.
     #[arg(long, env = "LOCKRUN_SENTINEL_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf))]
     pub sentinel_password_file: Option<std::path::PathBuf>,
@@ -232,10 +281,15 @@ pub struct Connection {
 pub struct Logs {
     /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held);
     /// LOCKRUN_QUIET yields to -v
-    // With -v as well, -q on the command line conflicts: see `quiet_given`.
     #[arg(short, long, env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true)]
     pub quiet: bool,
+
+    /// Whether `-q` was on the command line itself (a run's: before its key), not only in
+    /// `LOCKRUN_QUIET`: with `-v` as well, the two flags conflict, while the variable yields to
+    /// the flag. Filled from clap's record of where the value came from, once the line is parsed.
+    #[arg(skip)]
+    pub quiet_given: bool,
 
     /// More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn,
     /// info (default), debug, trace, or a tracing filter such as lockrun=debug
@@ -243,6 +297,8 @@ pub struct Logs {
     pub verbose: u8,
 
     /// Log format for lockrun's own lines on stderr
+    ///
+    /// json: one object per line (timestamp, level, message, fields), for log pipelines.
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
           hide_env_values = true)]
     pub log_format: Format,
@@ -337,7 +393,6 @@ fn parse_key(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-mod fast;
 pub mod verbs;
 
 /// What the command line asks for: a run (the classic form, or `lockrun run …`) or one of the
@@ -348,60 +403,94 @@ pub enum Invocation {
     Verb(Box<verbs::Verb>),
 }
 
+/// The command line, described once: the run form ([`Args`]) with the operators' commands
+/// ([`verbs::Verb`]) and `run`, the explicit run form, as its subcommands. Parsing uses it, and
+/// so do `--help`, the man pages, the completions and the README's options table
+/// (`examples/gen-docs.rs`).
+///
+/// A subcommand is taken only as the first word (`args_conflicts_with_subcommands`), so a
+/// run's KEY and COMMAND can be any word; [`parse_from`] brings a command word that follows
+/// options to the front. No `help` subcommand: `lockrun help …` runs a lock named "help".
+pub fn command() -> clap::Command {
+    use clap::{Args as _, Subcommand as _};
+    let run = Args::augment_args(clap::Command::new("run"))
+        .about("Run COMMAND under lock KEY: the explicit run form, for a lock named like a command")
+        .override_usage("lockrun run [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...")
+        // `lockrun run --version` says what `lockrun --version` says.
+        .display_name("lockrun");
+    verbs::Verb::augment_subcommands(Args::command())
+        .subcommand(run)
+        .args_conflicts_with_subcommands(true)
+        .disable_help_subcommand(true)
+}
+
 /// Parses the process arguments. Help and version print to stdout; errors print one line to
 /// stderr. Either way the caller gets the exit code to use.
 pub fn parse() -> Result<Invocation, ExitCode> {
     parse_from(std::env::args_os())
 }
 
-/// [`parse`] of given words (the program's name first).
+/// [`parse`] of given words (the program's name first). The run form stays exactly as it was:
+/// only when the first word that is not an option (or an option's value) names a subcommand of
+/// [`command`] is it a command; it moves to the front, so the connection and log options may
+/// come before it as well as after (`lockrun -r URL status KEY`). `run` is the run form again,
+/// for a lock named like a command.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // The plain run form first, without clap (see `fast`): it gives what clap would, or nothing.
-    match fast::parse(&argv) {
-        Some(args) => Ok(Invocation::Run(Box::new(args))),
-        None => parse_with_clap(argv),
+    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut cmd = without_empty_env(command());
+    let word = first_positional(&cmd, &argv).filter(|&i| cmd.find_subcommand(&argv[i]).is_some());
+    if let Some(at) = word {
+        if let Some(why) = run_line_with_a_verb(&cmd, &argv, at) {
+            // The line is a run: its log format is read as one.
+            let mut run = argv.clone();
+            run.remove(at);
+            crate::logging::print_early_error(&why, json_wanted(&run));
+            return Err(ExitCode::Usage);
+        }
+        let word = argv.remove(at);
+        argv.insert(1, word);
     }
+    let parsed = cmd
+        .try_get_matches_from_mut(argv.clone())
+        .and_then(|m| match m.subcommand() {
+            None => run_from(&m),
+            Some(("run", sub)) => run_from(sub),
+            Some((_, sub)) => verbs::Verb::from_arg_matches(&m).map(|mut verb| {
+                verb.common_mut().logs.quiet_given = quiet_given(sub);
+                Invocation::Verb(Box::new(verb))
+            }),
+        });
+    parsed.map_err(|e| said(&cmd, e, &argv))
 }
 
-/// [`parse_from`] by clap alone. The run form stays exactly as it was: only when the first word
-/// that is not an option (or an option's value) is one of [`verbs::VERBS`] is it a command; it
-/// moves to the front, so connection options may come before or after it (`lockrun -r URL
-/// status KEY`). `run` is dropped and the rest parsed as the run form, for a lock named like a
-/// command.
-fn parse_with_clap(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
-    let verb = first_positional(&Args::command(), &argv)
-        .filter(|&i| verbs::VERBS.iter().any(|v| argv[i] == *v));
-    match verb {
-        Some(i) if argv[i] == "run" => {
-            argv.remove(i);
-            parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a)))
-        }
-        Some(i) => {
-            if let Some(why) = run_line_with_a_verb(&argv, i) {
-                crate::logging::print_early_error(&why, json_wanted(&argv));
-                return Err(ExitCode::Usage);
-            }
-            let word = argv.remove(i);
-            argv.insert(1.min(argv.len()), word);
-            parse_as::<verbs::VerbLine>(argv).map(|v| Invocation::Verb(Box::new(v.verb)))
-        }
-        None => parse_as::<Args>(argv).map(|a| Invocation::Run(Box::new(a))),
-    }
+/// The run form from its matches (the whole line's, or `run`'s).
+fn run_from(m: &clap::ArgMatches) -> Result<Invocation, clap::Error> {
+    let mut args = Args::from_arg_matches(m)?;
+    // Before the key, as it has always been counted: a `-q` between the key and the command
+    // yields to `-v` like the variable does.
+    args.logs.quiet_given = quiet_given(m) && m.index_of("quiet") < m.index_of("key");
+    Ok(Invocation::Run(Box::new(args)))
 }
 
-/// Whether the line whose word `at` is a verb is really a run of a lock named like it: a `--`
-/// (only a run has a command after it) or an option only a run takes (`-E`, `--every`). The
-/// verb would read the command as its KEY and exit 0 (`lockrun -q history -- ./rotate.sh`: cron
-/// saw success and the job never ran), so it is refused, saying what to write instead.
-fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
-    let verbs = verbs::VerbLine::command();
+/// Whether `-q` came from the command line rather than `LOCKRUN_QUIET` (see [`Logs::quiet_given`]).
+fn quiet_given(m: &clap::ArgMatches) -> bool {
+    m.value_source("quiet") == Some(clap::parser::ValueSource::CommandLine)
+}
+
+/// Whether the line whose word `at` is an operator's command is really a run of a lock named
+/// like it: a `--` (only a run has a command after it) or an option only a run takes (`-E`,
+/// `--every`). The command would read the run's command as its KEY and exit 0 (`lockrun -q
+/// history -- ./rotate.sh`: cron saw success and the job never ran), so it is refused, saying
+/// what to write instead. `run` itself takes all of them.
+fn run_line_with_a_verb(cmd: &clap::Command, argv: &[OsString], at: usize) -> Option<String> {
     let verb = argv[at].to_string_lossy().into_owned();
-    let sub = verbs.find_subcommand(&verb)?;
+    let sub = cmd
+        .find_subcommand(&verb)
+        .filter(|s| s.get_name() != "run")?;
     let known = |word: &str| {
         let word = word.split('=').next().unwrap_or(word);
         sub.get_arguments().any(|a| {
@@ -411,7 +500,7 @@ fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
                     && word.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short())
         })
     };
-    let run_only = Args::command()
+    let run_only = cmd
         .get_arguments()
         .flat_map(|a| {
             let long = a.get_long().map(|l| format!("--{l}"));
@@ -434,32 +523,9 @@ fn run_line_with_a_verb(argv: &[OsString], at: usize) -> Option<String> {
     })
 }
 
-/// Whether `-q`/`--quiet` is on the command line itself (before the key), not only in
-/// `LOCKRUN_QUIET`: with `-v` as well, the two flags conflict, while the variable yields to
-/// the flag. Asked only when both are set.
-pub fn quiet_given() -> bool {
-    let argv: Vec<OsString> = std::env::args_os().collect();
-    // A run's options come before its KEY; an operators' command takes them after its word too.
-    let end = match first_positional(&Args::command(), &argv) {
-        Some(i) if verbs::VERBS.iter().any(|v| argv[i] == *v) => {
-            argv.iter().position(|w| w == "--").unwrap_or(argv.len())
-        }
-        Some(i) => i,
-        None => argv.len(),
-    };
-    argv[1..end].iter().any(|w| {
-        let w = w.to_string_lossy();
-        w == "--quiet"
-            || w.starts_with("--quiet=")
-            || (w.len() > 1
-                && w.starts_with('-')
-                && !w.starts_with("--")
-                && w[1..].chars().all(|c| c == 'q' || c == 'v')
-                && w.contains('q'))
-    })
-}
-
-/// Where the first word that is neither an option nor an option's value is, up to `--`.
+/// Where the first word that is neither an option nor an option's value is, up to `--`: the
+/// dispatch above, which clap cannot do while a subcommand is only taken first. Which options
+/// take a value comes from `cmd`'s own arguments.
 fn first_positional(cmd: &clap::Command, argv: &[OsString]) -> Option<usize> {
     let takes_value = |a: &clap::Arg| a.get_action().takes_values();
     let long_takes = |name: &str| {
@@ -511,58 +577,41 @@ fn without_empty_env(mut cmd: clap::Command) -> clap::Command {
     for id in empty {
         cmd = cmd.mut_arg(id, |a| a.env(None));
     }
-    let subs: Vec<String> = cmd
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect();
-    for name in subs {
-        cmd = cmd.mut_subcommand(name, without_empty_env);
-    }
-    cmd
+    cmd.mut_subcommands(without_empty_env)
 }
 
-fn parse_as<P: CommandFactory + FromArgMatches>(argv: Vec<OsString>) -> Result<P, ExitCode> {
-    let mut cmd = without_empty_env(P::command());
-    let parsed = cmd
-        .try_get_matches_from_mut(argv.clone())
-        .and_then(|m| P::from_arg_matches(&m));
-    match parsed {
-        Ok(args) => Ok(args),
-        Err(e) if !e.use_stderr() => {
-            // --help / --version, through `output` so a full stdout is exit 74, not 0.
-            crate::output::print(&e.render().to_string());
-            Err(ExitCode::Command(0))
-        }
-        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
-            // clap says "invalid UTF-8 was detected in one or more arguments" without saying
-            // where: name the variable if one of ours is it.
-            let var = cmd
-                .get_arguments()
-                .filter_map(|a| a.get_env())
-                .find(|v| std::env::var_os(v).is_some_and(|x| x.to_str().is_none()));
-            let line = match var {
-                Some(v) => format!(
-                    "the environment variable {} is not valid UTF-8 (see 'lockrun --help')",
-                    v.to_string_lossy()
-                ),
-                None => "an argument is not valid UTF-8 (see 'lockrun --help')".to_string(),
-            };
-            crate::logging::print_early_error(&line, json_wanted(&argv));
-            Err(ExitCode::Usage)
-        }
-        Err(e) => {
-            let mut line = one_line(&e.to_string());
-            if let Some(var) = from_environment(&cmd, &e, &argv) {
-                line = format!("{line}, from the environment variable {var}");
-            }
-            line.push_str(" (see 'lockrun --help')");
-            crate::logging::print_early_error(
-                line.trim_start_matches("error: "),
-                json_wanted(&argv),
-            );
-            Err(ExitCode::Usage)
-        }
+/// What a clap error becomes: help and version printed (exit 0), anything else one line on
+/// stderr (exit 64).
+fn said(cmd: &clap::Command, e: clap::Error, argv: &[OsString]) -> ExitCode {
+    if !e.use_stderr() {
+        // --help / --version, through `output` so a full stdout is exit 74, not 0.
+        crate::output::print(&e.render().to_string());
+        return ExitCode::Command(0);
     }
+    let line = if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
+        // clap says "invalid UTF-8 was detected in one or more arguments" without saying
+        // where: name the variable if one of ours is it.
+        let var = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .find(|v| std::env::var_os(v).is_some_and(|x| x.to_str().is_none()));
+        match var {
+            Some(v) => format!(
+                "the environment variable {} is not valid UTF-8 (see 'lockrun --help')",
+                v.to_string_lossy()
+            ),
+            None => "an argument is not valid UTF-8 (see 'lockrun --help')".to_string(),
+        }
+    } else {
+        let mut line = one_line(&e.to_string());
+        if let Some(var) = from_environment(cmd, &e, argv) {
+            line = format!("{line}, from the environment variable {var}");
+        }
+        line.push_str(" (see 'lockrun --help')");
+        line.trim_start_matches("error: ").to_string()
+    };
+    crate::logging::print_early_error(&line, json_wanted(argv));
+    ExitCode::Usage
 }
 
 /// The environment variable an invalid value came from, when it did not come from the command
@@ -588,28 +637,56 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
     (std::env::var(&var).ok().as_deref() == Some(value.as_str()) && !on_command_line).then_some(var)
 }
 
-/// Whether the user asked for JSON log lines, read straight from the arguments and the
-/// environment: a usage error happens before the options are known, and a log pipeline that
-/// asked for JSON must not get a plain-text line it cannot parse.
+/// Whether the user asked for JSON log lines: a usage error is said before the options are
+/// known, and a log pipeline that asked for JSON must not get a plain-text line it cannot
+/// parse. clap reads the line again, leniently: every value taken as written (another option's
+/// refused value must not hide the wish), no variable but `--log-format`'s (nor another's bad
+/// value), a word it does not know left out, and what remains read as far as it goes.
 fn json_wanted(argv: &[OsString]) -> bool {
-    let mut after_flag = false;
-    let mut from_args = None;
-    for a in argv.iter().skip(1).map(|a| a.to_string_lossy()) {
-        if a == "--" {
-            break;
-        }
-        if after_flag {
-            from_args = Some(a.eq_ignore_ascii_case("json"));
-            after_flag = false;
-        } else if a == "--log-format" {
-            after_flag = true;
-        } else if let Some(v) = a.strip_prefix("--log-format=") {
-            from_args = Some(v.eq_ignore_ascii_case("json"));
-        }
+    fn lenient(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            let a = if a.get_id() == "log_format" {
+                a
+            } else {
+                a.env(None)
+            };
+            if a.get_action().takes_values() {
+                a.value_parser(clap::builder::OsStringValueParser::new())
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(lenient)
     }
-    from_args.unwrap_or_else(|| {
-        std::env::var("LOCKRUN_LOG_FORMAT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("json"))
-    })
+    let mut cmd = lenient(without_empty_env(command()));
+    let mut words = argv.to_vec();
+    // Each round leaves out one unknown word; a line has only so many.
+    for _ in 0..argv.len() {
+        let Err(e) = cmd.try_get_matches_from_mut(&words) else {
+            break;
+        };
+        let unknown = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(arg))
+                if e.kind() == clap::error::ErrorKind::UnknownArgument =>
+            {
+                words.iter().position(|w| w == arg.as_str())
+            }
+            _ => None,
+        };
+        let Some(at) = unknown else {
+            break;
+        };
+        words.remove(at);
+    }
+    let Ok(matches) = cmd.ignore_errors(true).try_get_matches_from(words) else {
+        return false;
+    };
+    let mut m = &matches;
+    while let Some((_, sub)) = m.subcommand() {
+        m = sub;
+    }
+    m.get_one::<OsString>("log_format")
+        .is_some_and(|v| v.to_string_lossy().trim().eq_ignore_ascii_case("json"))
 }
 
 /// clap's errors span several lines (problem, usage, hint); cron mail and log pipelines want
@@ -634,8 +711,8 @@ fn one_line(rendered: &str) -> String {
     format!("{head}…{tail}")
 }
 
-/// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: the
-/// comparison of `fast` with clap sets them, and tests run on several threads.
+/// Tests that read or set `LOCKRUN_*` variables (every parse does) take this first: tests run
+/// on several threads.
 #[cfg(test)]
 static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -700,5 +777,178 @@ mod tests {
             s,
             "error: the following required arguments were not provided: <COMMAND>..."
         );
+    }
+
+    fn verb(args: &[&str]) -> verbs::Verb {
+        match parse_any(args) {
+            Ok(Invocation::Verb(v)) => *v,
+            other => panic!("{args:?} parsed as {other:?}"),
+        }
+    }
+
+    /// Every option can be set through a variable (`-v` alone counts, `LOCKRUN_LOG` is its
+    /// variable): a Kubernetes manifest or a systemd unit configures lockrun without flags.
+    #[test]
+    fn every_option_has_a_variable() {
+        for a in command().get_arguments() {
+            if a.is_positional() || a.get_id() == "verbose" {
+                continue;
+            }
+            let var = a.get_env().map(|v| v.to_string_lossy().into_owned());
+            let long = a.get_long().unwrap_or_default();
+            let expected = format!("LOCKRUN_{}", long.to_uppercase().replace('-', "_"));
+            // The one variable not named after its flag: what a URL is, not a verb.
+            let expected = if long == "redis" {
+                "LOCKRUN_REDIS_URL".to_string()
+            } else {
+                expected
+            };
+            assert_eq!(var.as_deref(), Some(expected.as_str()), "--{long}");
+        }
+    }
+
+    #[test]
+    fn variables_set_options_flags_win_and_empty_counts_as_unset() {
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let vars = [
+            ("LOCKRUN_TTL", "1m"),
+            ("LOCKRUN_REDIS_URL", "redis://h:1"),
+            ("LOCKRUN_QUIET", "yes"),
+            ("LOCKRUN_WAIT", ""),
+            ("LOCKRUN_CONFLICT_EXIT_CODE", ""),
+            ("LOCKRUN_LOG_FORMAT", ""),
+        ];
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+        let line =
+            |args: &[&str]| parse_from(std::iter::once("lockrun").chain(args.iter().copied()));
+        let from_env = line(&["k", "true"]);
+        let flags = line(&["-t", "2m", "-r", "redis://x", "k", "true"]);
+        let status = line(&["status", "k"]);
+        for (k, _) in vars {
+            std::env::remove_var(k);
+        }
+        let Ok(Invocation::Run(a)) = from_env else {
+            panic!("{from_env:?}")
+        };
+        assert_eq!(a.ttl, Duration::from_secs(60));
+        assert_eq!(a.conn.redis, ["redis://h:1"]);
+        assert!(a.logs.quiet && !a.logs.quiet_given);
+        assert!(a.wait.is_zero());
+        assert_eq!(a.conflict_exit_code, crate::exit_codes::DEFAULT_CONFLICT);
+        assert_eq!(a.logs.log_format, Format::Text);
+        let Ok(Invocation::Run(a)) = flags else {
+            panic!("{flags:?}")
+        };
+        assert_eq!(a.ttl, Duration::from_secs(120));
+        assert_eq!(a.conn.redis, ["redis://x"]);
+        // The operators' commands read the same variables.
+        let Ok(Invocation::Verb(v)) = status else {
+            panic!("{status:?}")
+        };
+        assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+    }
+
+    #[test]
+    fn quiet_given_says_where_quiet_came_from() {
+        assert!(parse(&["-q", "k", "true"]).unwrap().logs.quiet_given);
+        assert!(parse(&["-vq", "k", "true"]).unwrap().logs.quiet_given);
+        // Counted before the key only; after the command it is the command's.
+        assert!(!parse(&["k", "-q", "true"]).unwrap().logs.quiet_given);
+        assert!(parse(&["k", "-q", "true"]).unwrap().logs.quiet);
+        assert!(!parse(&["k", "true", "-q"]).unwrap().logs.quiet_given);
+        assert!(verb(&["-q", "status", "k"]).common().logs.quiet_given);
+        assert!(verb(&["status", "k", "-q"]).common().logs.quiet_given);
+        assert!(!verb(&["status", "k"]).common().logs.quiet_given);
+    }
+
+    /// A command word is one only as the first word that is not an option or its value; the
+    /// run form takes any other word as KEY or COMMAND.
+    #[test]
+    fn command_words_and_the_run_form() {
+        let v = verb(&["-r", "redis://h:1", "-q", "status", "k", "--json"]);
+        assert!(matches!(&v, verbs::Verb::Status(s) if s.key == "k"));
+        assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+        assert!(v.common().json && v.common().logs.quiet);
+        let v = verb(&["-vv", "--log-format=json", "history", "k", "-n", "5"]);
+        assert!(matches!(&v, verbs::Verb::History(h) if h.count == 5));
+        assert_eq!(v.common().logs.verbose, 2);
+        assert!(matches!(verb(&["list"]), verbs::Verb::List(l) if l.pattern == "*"));
+        for (line, key, command) in [
+            (
+                &["-t", "5s", "run", "status", "--", "true"][..],
+                "status",
+                "true",
+            ),
+            (&["run", "-E", "0", "run", "true"], "run", "true"),
+            (&["k", "status"], "k", "status"),
+            (&["-t", "5s", "k", "run", "x"], "k", "run"),
+            (&["--", "status", "true"], "status", "true"),
+            (&["help", "true"], "help", "true"),
+            (&["statuses", "true"], "statuses", "true"),
+            (&["-r", "status", "k", "true"], "k", "true"),
+        ] {
+            let a = parse(line).unwrap();
+            assert_eq!(
+                (a.key.as_str(), a.command[0].to_str().unwrap()),
+                (key, command),
+                "{line:?}"
+            );
+        }
+        let a = parse(&["-t", "5s", "run", "-E", "0", "k", "true"]).unwrap();
+        assert_eq!((a.ttl, a.conflict_exit_code), (Duration::from_secs(5), 0));
+    }
+
+    /// A verb's line with a command after `--`, or with an option only a run takes, is refused
+    /// (the verb would read the command as its KEY and exit 0).
+    #[test]
+    fn a_run_line_with_a_command_word_is_refused() {
+        for line in [
+            &["-q", "history", "--", "./rotate.sh"][..],
+            &["-E", "0", "status", "--", "sh"],
+            &["list", "--every", "1m", "sh", "-c", "x"],
+            &["doctor", "-E", "0", "--", "sh"],
+            &["status", "k", "--"],
+            &["release", "--ttl=5s", "k"],
+        ] {
+            assert_eq!(parse_any(line).err(), Some(ExitCode::Usage), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_is_said_in_json_when_json_was_asked_for() {
+        let words = |args: &[&str]| -> Vec<OsString> {
+            std::iter::once("lockrun")
+                .chain(args.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        for (line, json) in [
+            (&["--log-format", "json", "-t", "0", "k", "true"][..], true),
+            (&["-t", "0", "--log-format=json", "k", "true"], true),
+            (&["--log-format", "JSON", "k", "true"], true),
+            (&["-E", "300", "k", "true"], false),
+            (&["--bogus", "--log-format", "json", "k", "true"], true),
+            (
+                &["-x", "--bogus", "--log-format", "json", "k", "true"],
+                true,
+            ),
+            (&["status", "--log-format", "json"], true),
+            (&["--log-format", "json", "status"], true),
+            // After the command, the words are the command's.
+            (&["k", "--log-format", "json"], true),
+            (&["k", "true", "--log-format", "json"], false),
+        ] {
+            assert_eq!(json_wanted(&words(line)), json, "{line:?}");
+        }
+        std::env::set_var("LOCKRUN_LOG_FORMAT", " json");
+        std::env::set_var("LOCKRUN_TTL", "0");
+        let from_env = json_wanted(&words(&["k", "true"]));
+        let flag_wins = json_wanted(&words(&["--log-format", "text", "k", "true"]));
+        std::env::remove_var("LOCKRUN_LOG_FORMAT");
+        std::env::remove_var("LOCKRUN_TTL");
+        assert!(from_env && !flag_wins);
     }
 }

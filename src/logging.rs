@@ -19,7 +19,7 @@ pub fn init_logging(logs: &crate::cli::Logs) -> Result<(), crate::exit_codes::Ex
     let env_filter = std::env::var("LOCKRUN_LOG").ok();
     let json = logs.log_format == Format::Json;
     // -v wins over LOCKRUN_QUIET (a flag over a variable); -q -v on one line conflict.
-    let quiet = logs.quiet && (logs.verbose == 0 || crate::cli::quiet_given());
+    let quiet = logs.quiet && (logs.verbose == 0 || logs.quiet_given);
     if quiet && logs.verbose > 0 {
         print_early_error(
             "-q (--quiet) and -v (--verbose) cannot be used together (see 'lockrun --help')",

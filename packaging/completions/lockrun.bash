@@ -19,9 +19,6 @@ _lockrun() {
             lockrun,doctor)
                 cmd="lockrun__subcmd__doctor"
                 ;;
-            lockrun,help)
-                cmd="lockrun__subcmd__help"
-                ;;
             lockrun,history)
                 cmd="lockrun__subcmd__history"
                 ;;
@@ -37,27 +34,6 @@ _lockrun() {
             lockrun,status)
                 cmd="lockrun__subcmd__status"
                 ;;
-            lockrun__subcmd__help,doctor)
-                cmd="lockrun__subcmd__help__subcmd__doctor"
-                ;;
-            lockrun__subcmd__help,help)
-                cmd="lockrun__subcmd__help__subcmd__help"
-                ;;
-            lockrun__subcmd__help,history)
-                cmd="lockrun__subcmd__help__subcmd__history"
-                ;;
-            lockrun__subcmd__help,list)
-                cmd="lockrun__subcmd__help__subcmd__list"
-                ;;
-            lockrun__subcmd__help,release)
-                cmd="lockrun__subcmd__help__subcmd__release"
-                ;;
-            lockrun__subcmd__help,run)
-                cmd="lockrun__subcmd__help__subcmd__run"
-                ;;
-            lockrun__subcmd__help,status)
-                cmd="lockrun__subcmd__help__subcmd__status"
-                ;;
             *)
                 ;;
         esac
@@ -65,7 +41,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version status list release history doctor run help"
+            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version status list release history doctor run"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -225,118 +201,6 @@ _lockrun() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help)
-            opts="status list release history doctor run help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__doctor)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__help)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__history)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__list)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__release)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__run)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__help__subcmd__status)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;
@@ -515,7 +379,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__run)
-            opts="-r -t -w -E -l -q -v -h --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help"
+            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

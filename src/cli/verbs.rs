@@ -1,13 +1,10 @@
 //! The operators' commands: `lockrun status|list|release|history|doctor …`.
 //!
 //! They take the run form's connection and logging options (and environment variables), so the
-//! same crontab line or manifest environment that runs a job can inspect its lock.
+//! same crontab line or manifest environment that runs a job can inspect its lock. They are
+//! subcommands of [`super::command`].
 
 use super::{parse_key, Connection, Logs};
-
-/// Words that start an operator's command instead of naming a lock. `run` is the explicit
-/// run form, for a lock named like one of the others (`lockrun run status -- ./job`).
-pub const VERBS: [&str; 6] = ["run", "status", "list", "release", "history", "doctor"];
 
 /// An empty pattern matches no key: said, rather than an empty list that looks like no locks.
 fn parse_pattern(s: &str) -> Result<String, String> {
@@ -17,13 +14,6 @@ fn parse_pattern(s: &str) -> Result<String, String> {
         );
     }
     Ok(s.to_string())
-}
-
-#[derive(Debug, clap::Parser)]
-#[command(name = "lockrun", version)]
-pub struct VerbLine {
-    #[command(subcommand)]
-    pub verb: Verb,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -126,6 +116,16 @@ impl Verb {
             Verb::Release(v) => &v.common,
             Verb::History(v) => &v.common,
             Verb::Doctor(v) => &v.common,
+        }
+    }
+
+    pub fn common_mut(&mut self) -> &mut Common {
+        match self {
+            Verb::Status(v) => &mut v.common,
+            Verb::List(v) => &mut v.common,
+            Verb::Release(v) => &mut v.common,
+            Verb::History(v) => &mut v.common,
+            Verb::Doctor(v) => &mut v.common,
         }
     }
 }
