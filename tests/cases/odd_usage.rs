@@ -1,4 +1,4 @@
-//! Issue 10's odd usage, one test per item handled here: forgiving configuration, messages that
+//! Odd usage (issue 10), one test per item handled here: forgiving configuration, messages that
 //! say what is wrong, log lines that stay one line, and the command's signal dispositions.
 
 use crate::support::*;

@@ -1,5 +1,6 @@
 //! Keys lockrun did not write are the user's: a run refuses them (64) and `release --force`
-//! leaves them alone, whatever their type, and nothing about them changes.
+//! leaves them alone, whatever their type, and nothing about them changes (issue 24, items 1
+//! and 3).
 
 use crate::support::*;
 

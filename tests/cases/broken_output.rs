@@ -1,7 +1,8 @@
 //! Standard output and standard error are input too: a full disk (`/dev/full`) or a reader
 //! that went away (`| true`, `| grep -q`) never makes lockrun panic (exit 134 with a
 //! backtrace). A closed pipe ends quietly, as command-line tools do; a write that fails
-//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR).
+//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR). Issue 24,
+//! item 4.
 
 use crate::support::*;
 use std::io::Read;

@@ -1,6 +1,6 @@
 //! Fault injection: run many real lockruns against a real redis-server, break things (kill
 //! lockrun, pause it, pause or restart Redis, kill connections, block its stderr), and check the
-//! history the jobs reported to a fenced toy resource (`chaos_recorder.rs`).
+//! history the jobs reported to a fenced toy resource (`recorder.rs`).
 //!
 //! A scenario is a [`Chaos`]: it starts the recorder and a watcher of key expiries, spawns
 //! lockruns (each one's stderr drained on a thread, exit code checked against the set the
@@ -19,11 +19,8 @@
 //! `LOCKRUN_FAULTS_SEED=<n>` replays its choices (timing still varies), and
 //! `LOCKRUN_FAULTS_SCALE` (default 1) multiplies the amount of work.
 
-#[path = "chaos_procs.rs"]
 mod procs;
-#[path = "chaos_recorder.rs"]
 mod recorder;
-#[path = "chaos_report.rs"]
 mod report;
 
 pub use procs::{Lockrun, Log};
