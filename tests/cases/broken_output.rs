@@ -32,28 +32,28 @@ fn not_a_panic(out: &std::process::Output, what: &str) {
 
 #[test]
 fn a_full_stderr_never_panics_and_keeps_the_exit_code() {
-    let redis = Redis::start();
-    let mut bad_ttl = bare_lockrun();
+    let redis = Server::start();
+    let mut bad_ttl = Lockrun::bare();
     bad_ttl.args(["--ttl", "abc", "k", "--", "true"]);
-    let out = with_full(bad_ttl, false, true);
+    let out = with_full(bad_ttl.into(), false, true);
     assert_eq!(out.status.code(), Some(64), "{:?}", out.status);
 
-    let mut no_command = lockrun(&redis);
+    let mut no_command = Lockrun::on(&redis);
     no_command.arg("k");
-    assert_eq!(with_full(no_command, false, true).status.code(), Some(64));
+    assert_eq!(with_full(no_command.into(), false, true).status.code(), Some(64));
 
     // A run whose log lines cannot be written still runs, releases and exits with the job's code.
-    let mut job = lockrun(&redis);
+    let mut job = Lockrun::on(&redis);
     job.args(["-v", "k", "--", "sh", "-c", "exit 3"]);
-    let out = with_full(job, false, true);
+    let out = with_full(job.into(), false, true);
     assert_eq!(out.status.code(), Some(3), "{:?}", out.status);
     assert!(!redis.exists("k"));
 }
 
 #[test]
 fn a_full_stdout_is_one_line_and_exit_74() {
-    let redis = Redis::start();
-    let mut holder = lockrun(&redis);
+    let redis = Server::start();
+    let mut holder = Lockrun::on(&redis);
     holder.args(["--min-hold", "30s", "k", "--", "true"]);
     assert_eq!(run(holder).status.code(), Some(0));
     for args in [
@@ -64,9 +64,9 @@ fn a_full_stdout_is_one_line_and_exit_74() {
         &["list", "--all"],
         &["doctor"],
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
-        let out = with_full(cmd, true, false);
+        let out = with_full(cmd.into(), true, false);
         not_a_panic(&out, &format!("{args:?}"));
         assert_eq!(out.status.code(), Some(74), "{args:?}: {}", stderr_of(&out));
         let err = stderr_of(&out);
@@ -75,16 +75,16 @@ fn a_full_stdout_is_one_line_and_exit_74() {
             "{args:?}: {err}"
         );
         // Both full: still no panic, still 74.
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
-        let out = with_full(cmd, true, true);
+        let out = with_full(cmd.into(), true, true);
         not_a_panic(&out, &format!("{args:?} (both full)"));
         assert_eq!(out.status.code(), Some(74), "{args:?} (both full)");
     }
     for help in ["--help", "--version", "-h"] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg(help);
-        let out = with_full(cmd, true, false);
+        let out = with_full(cmd.into(), true, false);
         assert_eq!(out.status.code(), Some(74), "{help}: {}", stderr_of(&out));
     }
 }
@@ -93,7 +93,7 @@ fn a_full_stdout_is_one_line_and_exit_74() {
 /// stops quietly, exit 0.
 #[test]
 fn a_reader_that_goes_away_ends_the_listing_quietly() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let mut pipe = redis.conn();
     let mut batch = redis::pipe();
     for i in 0..1500 {
@@ -104,7 +104,7 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
             .ignore();
     }
     batch.exec(&mut pipe).unwrap();
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["list", "--all", "-r"])
         .arg(redis.url())
         .stdout(Stdio::piped())
@@ -128,15 +128,15 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
 /// everyone, for good, since its fence counter stays (issue 24, item 5).
 #[test]
 fn a_very_long_key_is_listed_not_a_panic() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let long = "L".repeat(70_000);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([long.as_str(), "--", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
-    let mut short = lockrun(&redis);
+    let mut short = Lockrun::on(&redis);
     short.args(["short", "--", "true"]);
     assert_eq!(run(short).status.code(), Some(0));
-    let mut list = bare_lockrun();
+    let mut list = Lockrun::bare();
     list.args(["list", "--all", "-r"]).arg(redis.url());
     let out = run(list);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -156,7 +156,7 @@ fn a_very_long_key_is_listed_not_a_panic() {
 /// `list` and `status` do (issue 24, item 14).
 #[test]
 fn history_escapes_control_characters() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let _: String = redis.cmd(&[
         "XADD",
         "lockrun:history:{k}",
@@ -168,7 +168,7 @@ fn history_escapes_control_characters() {
         "pid",
         "1",
     ]);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["history", "-r"]).arg(redis.url()).arg("k");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));

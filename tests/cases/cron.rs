@@ -291,7 +291,7 @@ fn check(
     }
 
     // lockrun's own account, compared with the job log; and every daemon fired every tick.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["history", c.key, "--json", "-n", "10000", "-r", url]);
     let out = crate::support::run(cmd);
     let history = if out.status.success() {
@@ -435,7 +435,7 @@ fn cron_readme_line_runs_once_per_tick() {
         .expect("README.md");
     let block = readme_crontab_block(&readme).unwrap_or_else(|e| panic!("{e}"));
     let line = std::env::var("LOCKRUN_CRON_LINE").ok();
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = redis.url();
     let setups: Vec<Setup> = CONFIGS
         .iter()

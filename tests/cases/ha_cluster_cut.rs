@@ -17,7 +17,7 @@ use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
 use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::Command;
+use crate::support::Lockrun;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -147,7 +147,7 @@ impl Cluster {
 
     /// `lockrun -r <cluster> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         self.net.lockrun(ch, host, &[self.url()], args, job)
     }
 }

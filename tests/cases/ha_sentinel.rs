@@ -14,7 +14,7 @@ use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
 use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::Command;
+use crate::support::Lockrun;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -124,7 +124,7 @@ impl Set {
 
     /// `lockrun -r <sentinels> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         self.net.lockrun(ch, host, &[self.url()], args, job)
     }
 }

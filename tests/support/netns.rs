@@ -31,7 +31,7 @@
 //! them); without them a test fails saying so, it never skips.
 
 use super::chaos::{Chaos, Job};
-use super::{lockrun_bin, redis_server_binary, without_lockrun_env, PATIENCE};
+use super::{lockrun_bin, redis_server_binary, Lockrun, PATIENCE};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -232,13 +232,10 @@ impl Net {
         urls: &[String],
         args: &[&str],
         job: &Job,
-    ) -> Command {
-        let mut cmd = self.command(host, lockrun_bin());
-        without_lockrun_env(&mut cmd);
-        cmd.stdin(Stdio::null());
-        for url in urls {
-            cmd.arg("-r").arg(url);
-        }
+    ) -> Lockrun {
+        let mut cmd = urls
+            .iter()
+            .fold(Lockrun::via(self.command(host, lockrun_bin())), Lockrun::url);
         cmd.args(args).arg("--").args(Net::home()).args(ch.job(job));
         cmd
     }
