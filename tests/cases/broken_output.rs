@@ -6,10 +6,10 @@
 
 use crate::support::*;
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// `cmd` with stdout (`out`) and/or stderr (`err`) on /dev/full.
-fn with_full(mut cmd: Command, out: bool, err: bool) -> std::process::Output {
+fn with_full(mut cmd: Lockrun, out: bool, err: bool) -> std::process::Output {
     let full = || {
         std::fs::OpenOptions::new()
             .write(true)
@@ -35,17 +35,17 @@ fn a_full_stderr_never_panics_and_keeps_the_exit_code() {
     let redis = Server::start();
     let mut bad_ttl = Lockrun::bare();
     bad_ttl.args(["--ttl", "abc", "k", "--", "true"]);
-    let out = with_full(bad_ttl.into(), false, true);
+    let out = with_full(bad_ttl, false, true);
     assert_eq!(out.status.code(), Some(64), "{:?}", out.status);
 
     let mut no_command = Lockrun::on(&redis);
     no_command.arg("k");
-    assert_eq!(with_full(no_command.into(), false, true).status.code(), Some(64));
+    assert_eq!(with_full(no_command, false, true).status.code(), Some(64));
 
     // A run whose log lines cannot be written still runs, releases and exits with the job's code.
     let mut job = Lockrun::on(&redis);
     job.args(["-v", "k", "--", "sh", "-c", "exit 3"]);
-    let out = with_full(job.into(), false, true);
+    let out = with_full(job, false, true);
     assert_eq!(out.status.code(), Some(3), "{:?}", out.status);
     assert!(!redis.exists("k"));
 }
@@ -66,7 +66,7 @@ fn a_full_stdout_is_one_line_and_exit_74() {
     ] {
         let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
-        let out = with_full(cmd.into(), true, false);
+        let out = with_full(cmd, true, false);
         not_a_panic(&out, &format!("{args:?}"));
         assert_eq!(out.status.code(), Some(74), "{args:?}: {}", stderr_of(&out));
         let err = stderr_of(&out);
@@ -77,14 +77,14 @@ fn a_full_stdout_is_one_line_and_exit_74() {
         // Both full: still no panic, still 74.
         let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
-        let out = with_full(cmd.into(), true, true);
+        let out = with_full(cmd, true, true);
         not_a_panic(&out, &format!("{args:?} (both full)"));
         assert_eq!(out.status.code(), Some(74), "{args:?} (both full)");
     }
     for help in ["--help", "--version", "-h"] {
         let mut cmd = Lockrun::bare();
         cmd.arg(help);
-        let out = with_full(cmd.into(), true, false);
+        let out = with_full(cmd, true, false);
         assert_eq!(out.status.code(), Some(74), "{help}: {}", stderr_of(&out));
     }
 }

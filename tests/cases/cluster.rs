@@ -181,7 +181,7 @@ fn wake_up_channel_shares_the_key_slot_in_standalone_mode_too() {
         let mut pubsub = conn.as_pubsub();
         pubsub.psubscribe("lockrun:wake:*").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        holder_and_waiter(|| Lockrun::on(&redis).into(), key, dir.path(), || {});
+        holder_and_waiter(|| Lockrun::on(&redis), key, dir.path(), || {});
         let msg = pubsub.get_message().expect("a wake-up message");
         assert_eq!(msg.get_channel_name(), channel);
     }

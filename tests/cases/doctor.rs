@@ -285,7 +285,11 @@ fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
         assert_eq!(lock["verdict"], "ok", "{node}");
     }
     for node in &cluster.nodes {
-        assert!(node.cli(&["KEYS", "*"]).trim().is_empty(), "{}", node.port());
+        assert!(
+            node.cli(&["KEYS", "*"]).trim().is_empty(),
+            "{}",
+            node.port()
+        );
         assert!(node
             .cli(&["INFO", "commandstats"])
             .contains("cmdstat_evalsha:"));
@@ -425,11 +429,8 @@ fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
     use std::io::BufRead;
     use std::time::{Duration, Instant};
     let redis = Server::start_tcp();
-    let proxy = crate::support::proxy::Proxy::start(
-        format!("127.0.0.1:{}", redis.port())
-            .parse()
-            .unwrap(),
-    );
+    let proxy =
+        crate::support::proxy::Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap());
     proxy.set(crate::support::proxy::Fault::DelayReplies(SLOW_REPLY));
     let mut cmd = Lockrun::bare();
     cmd.args(["doctor", "-r", &proxy.url()])

@@ -11,7 +11,7 @@
 //! Sleeps here only schedule faults (when to strike, how long a pause lasts); whatever a check
 //! depends on is awaited as an event (a job's begin or write, a log line, an exit).
 
-use crate::support::chaos::{self, Chaos, Job, Running, Mode, OnTerm, Rng, Section};
+use crate::support::chaos::{self, Chaos, Job, Mode, OnTerm, Rng, Running, Section};
 use crate::support::*;
 use std::process::Command;
 use std::thread;

@@ -15,8 +15,8 @@ use crate::support::chaos::{Chaos, Job, Mode, Report};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
 
-use std::path::PathBuf;
 use crate::support::Lockrun;
+use std::path::PathBuf;
 use std::thread;
 use std::time::Duration;
 

@@ -79,9 +79,8 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
         let rival = ch.spawn(cmd, &[0]);
         // Right after a renewal (the key's PTTL on the primary jumps back up): the failover
         // then has until the next one, TTL/3 later, and the key on the replicas ends halfway.
-        let pttl = |m: &crate::support::Server| -> i64 {
-            m.cli(&["PTTL", &key]).parse().unwrap_or(-2)
-        };
+        let pttl =
+            |m: &crate::support::Server| -> i64 { m.cli(&["PTTL", &key]).parse().unwrap_or(-2) };
         let mut last = pttl(&set.master);
         set.master.wait_until("ran the holder's next renewal", |m| {
             let now = pttl(m);

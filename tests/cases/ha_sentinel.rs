@@ -12,9 +12,9 @@
 use crate::support::chaos::{Chaos, Job, Mode, OnTerm, Report, Rng};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
+use crate::support::Lockrun;
 use crate::support::PATIENCE;
 use std::path::PathBuf;
-use crate::support::Lockrun;
 use std::thread;
 use std::time::{Duration, Instant};
 

@@ -40,7 +40,12 @@ fn topology_cluster_serves_every_slot() {
     for key in ["a", "b", "nightly-report", "{tenant}:x"] {
         assert_eq!(cluster.cli(&["SET", key, "1"]), "OK", "{key}");
         let owner = cluster.owner_of(key);
-        assert_eq!(owner.cli(&["EXISTS", key]), "1", "{key} on {}", owner.port());
+        assert_eq!(
+            owner.cli(&["EXISTS", key]),
+            "1",
+            "{key} on {}",
+            owner.port()
+        );
     }
 }
 

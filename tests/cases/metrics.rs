@@ -166,7 +166,7 @@ fn assert_only_the_file(dir: &Path) {
 
 /// Runs `cmd` (a lockrun with --metrics-file already given) to completion; returns its output
 /// and the parsed file, with the common checks done.
-fn run_and_read(cmd: Command, dir: &Path, path: &Path, key: &str) -> (Output, Metrics) {
+fn run_and_read(cmd: Lockrun, dir: &Path, path: &Path, key: &str) -> (Output, Metrics) {
     let before = now();
     let out = run(cmd);
     let after = now();
@@ -189,7 +189,7 @@ fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
     cmd.args(["-t", "1500ms", "--metrics-file"])
         .arg(&path)
         .args([key, "--", "sh", "-c", "sleep 0.7; exit 3"]);
-    let (out, m) = run_and_read(cmd.into(), dir.path(), &path, key);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, key);
     assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
     m.assert_outcome("ran");
     assert!(m.get("lockrun_last_run_renewals") >= 1.0);
@@ -206,7 +206,7 @@ fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
     cmd.arg("--metrics-file")
         .arg(&path)
         .args([key, "--", "true"]);
-    let (_, m) = run_and_read(cmd.into(), dir.path(), &path, key);
+    let (_, m) = run_and_read(cmd, dir.path(), &path, key);
     m.assert_outcome("ran");
     assert_eq!(m.get("lockrun_last_run_exit_code"), 0.0);
     assert_eq!(m.get("lockrun_last_run_renewals"), 0.0);
@@ -228,7 +228,7 @@ fn metrics_skipped_when_held_elsewhere_with_e0_by_default_and_after_a_wait() {
             .arg("--metrics-file")
             .arg(&path)
             .args(["busy", "--", "echo", "ran"]);
-        let (out, m) = run_and_read(cmd.into(), dir.path(), &path, "busy");
+        let (out, m) = run_and_read(cmd, dir.path(), &path, "busy");
         assert_eq!(
             out.status.code(),
             Some(code),
@@ -357,7 +357,7 @@ fn metrics_a_job_that_kills_itself_ran_nobody_stopped_it() {
     cmd.arg("--metrics-file")
         .arg(&path)
         .args(["selfkill", "--", "sh", "-c", "kill -TERM $$"]);
-    let (out, m) = run_and_read(cmd.into(), dir.path(), &path, "selfkill");
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "selfkill");
     assert_eq!(out.status.code(), Some(143));
     m.assert_outcome("ran");
 }
@@ -370,7 +370,7 @@ fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
         .arg("--metrics-file")
         .arg(&path)
         .args(["nowhere", "--", "true"]);
-    let (out, m) = run_and_read(cmd.into(), dir.path(), &path, "nowhere");
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "nowhere");
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
     m.assert_outcome("error");
     assert_eq!(m.get("lockrun_last_run_fence"), 0.0);
@@ -382,7 +382,7 @@ fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
     cmd.arg("--metrics-file")
         .arg(&path)
         .args(["missing", "--", "definitely-not-a-command-xyz"]);
-    let (out, m) = run_and_read(cmd.into(), dir.path(), &path, "missing");
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "missing");
     assert_eq!(out.status.code(), Some(127), "{}", stderr_of(&out));
     m.assert_outcome("error");
     assert!(m.get("lockrun_last_run_fence") > 0.0);
@@ -432,7 +432,7 @@ fn metrics_file_from_the_environment_relative_to_the_working_directory() {
     cmd.current_dir(dir.path())
         .env("LOCKRUN_METRICS_FILE", "job.prom")
         .args(["from-env", "--", "true"]);
-    let (out, m) = run_and_read(cmd.into(), dir.path(), &path, "from-env");
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "from-env");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     m.assert_outcome("ran");
 }

@@ -472,7 +472,7 @@ fn acquire_late(name: &str, fault: Fault) {
     rival
         .args(["--wait", "5s", KEY, "--", "sh", "-c"])
         .arg(format!("date +%s%N > '{}'", begin.display()));
-    let rival = Bg::spawn(rival.into());
+    let rival = Bg::spawn(rival);
     let (status, exited, log) = first.finish();
     let (rival_status, _, rival_log) = rival.finish();
     // Let every held-back byte land before judging what the server was left with.

@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 /// A failing run's stderr: the documented code, one line, mentioning `needle`.
-fn assert_one_line(cmd: Command, code: i32, needle: &str) -> String {
+fn assert_one_line(cmd: Lockrun, code: i32, needle: &str) -> String {
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(code), "{err}");
@@ -28,7 +28,7 @@ fn negative_numbers_are_out_of_range_not_unknown_flags() {
         cmd.args(["-r", "redis://127.0.0.1:1"])
             .args(args)
             .args(["k", "true"]);
-        assert_one_line(cmd.into(), 64, needle);
+        assert_one_line(cmd, 64, needle);
     }
 }
 
@@ -47,11 +47,11 @@ fn switches_in_the_environment_take_the_usual_spellings() {
     let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_NO_GROUP", "maybe")
         .args(["switch", "true"]);
-    assert_one_line(cmd.into(), 64, "from the environment variable LOCKRUN_NO_GROUP");
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_NO_GROUP");
     // The same for any option's variable.
     let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_TTL", "soon").args(["switch", "true"]);
-    assert_one_line(cmd.into(), 64, "from the environment variable LOCKRUN_TTL");
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_TTL");
     // A flag on the command line wins, so an invalid variable does not matter then.
     let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_TTL", "soon")
@@ -99,16 +99,16 @@ fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "information")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
-    assert_one_line(cmd.into(), 64, "'information' is not a level");
+    assert_one_line(cmd, 64, "'information' is not a level");
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "off")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
-    assert_one_line(cmd.into(), 64, "use -q");
+    assert_one_line(cmd, 64, "use -q");
     // A filter for some other target still lets lockrun's errors through.
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "tokio=trace")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
-    assert_one_line(cmd.into(), 69, "unavailable");
+    assert_one_line(cmd, 69, "unavailable");
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn a_log_level_in_lockrun_log_shows_that_level() {
 
 #[test]
 fn usage_errors_are_json_when_json_was_asked_for() {
-    let check = |mut cmd: Command| {
+    let check = |mut cmd: Lockrun| {
         cmd.args(["-t", "0", "k", "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64));
@@ -149,10 +149,10 @@ fn usage_errors_are_json_when_json_was_asked_for() {
     };
     let mut cmd = Lockrun::bare();
     cmd.args(["--log-format", "json"]);
-    check(cmd.into());
+    check(cmd);
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG_FORMAT", "json");
-    check(cmd.into());
+    check(cmd);
     // A bad LOCKRUN_LOG is reported the same way.
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "loud").args([
@@ -207,10 +207,7 @@ fn a_release_whose_reply_was_lost_is_not_reported_as_a_stolen_lock() {
     // again, so the retry's answer ("not ours": the first attempt deleted it) is seen.
     use crate::support::proxy::{Fault, Proxy};
     let redis = Server::start_tcp();
-    let proxy = Proxy::start(std::net::SocketAddr::from((
-        [127, 0, 0, 1],
-        redis.port(),
-    )));
+    let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], redis.port())));
     // The server has lockrun's scripts already (as after any earlier run): a release by
     // EVALSHA is then executed at once, not answered NOSCRIPT (a lost NOSCRIPT reply is a
     // lost request, which is another test).
@@ -494,7 +491,7 @@ fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
             let mut cmd = Lockrun::bare();
             cmd.arg("-r").arg(&url).args(wait).args(["refused", "true"]);
             let started = std::time::Instant::now();
-            let err = assert_one_line(cmd.into(), 69, needle);
+            let err = assert_one_line(cmd, 69, needle);
             // A configuration mistake is not waited out.
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(10),
@@ -512,7 +509,7 @@ fn rediss_against_a_plain_text_port_says_so() {
     cmd.arg("-r")
         .arg(format!("rediss://127.0.0.1:{}", redis.port()))
         .args(["-t", "1s", "tls-mismatch", "true"]);
-    assert_one_line(cmd.into(), 69, "is the server's port TLS-enabled?");
+    assert_one_line(cmd, 69, "is the server's port TLS-enabled?");
     assert!(!redis.exists("tls-mismatch"));
 }
 
@@ -550,7 +547,7 @@ fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
         cmd.current_dir(redis.dir.path())
             .args(args)
             .args(["mtls", "true"]);
-        let err = assert_one_line(cmd.into(), 64, needle);
+        let err = assert_one_line(cmd, 64, needle);
         assert!(!err.contains(key_text.lines().nth(1).unwrap()), "{err}");
     }
     let mut cmd = Lockrun::bare();
@@ -562,5 +559,5 @@ fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
         "k",
         "true",
     ]);
-    assert_one_line(cmd.into(), 64, "need a rediss:// URL");
+    assert_one_line(cmd, 64, "need a rediss:// URL");
 }

@@ -612,7 +612,11 @@ fn command_help_and_usage_errors() {
 #[test]
 fn with_several_masters_each_run_shows_once_and_a_majority_holds() {
     let servers = [Server::start(), Server::start(), Server::start()];
-    let urls = servers.iter().map(Server::url).collect::<Vec<_>>().join(",");
+    let urls = servers
+        .iter()
+        .map(Server::url)
+        .collect::<Vec<_>>()
+        .join(",");
     let with_urls = |args: &[&str]| {
         let mut cmd = Lockrun::bare();
         cmd.args(&args[..1]).arg("-r").arg(&urls).args(&args[1..]);

@@ -477,7 +477,9 @@ fn a_refusal_that_costs_the_majority_is_reported_not_hidden_as_a_conflict() {
     // One master held by someone else, one free, one refusing our password: the refusal may be
     // what kept us from a majority, so it is reported (69, a configuration mistake), not a
     // conflict (75), which -q -E 0 would silence.
-    let nodes: Vec<Server> = (0..3).map(|_| Server::start_with_password("pw-1")).collect();
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start_with_password("pw-1"))
+        .collect();
     nodes[0].cmd::<()>(&["SET", "r", "someone else", "PX", "60000"]);
     let wrong = format!("redis://:nope-2@127.0.0.1:{}", nodes[2].port());
     let mut cmd = Lockrun::bare();

@@ -1,5 +1,5 @@
 //! `--acks N`: a lock (and each renewal) counts only once N replicas have it, so a failover to
-//! a replica cannot hand the key to a second holder. Real master + replicas (support::topology).
+//! a replica cannot hand the key to a second holder. Real master + replicas (support::replication).
 
 use crate::support::*;
 use std::process::Stdio;

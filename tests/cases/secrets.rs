@@ -151,7 +151,7 @@ fn password_from_environment_or_file_authenticates_and_is_never_printed() {
         format!("redis://:stale-url-pw@127.0.0.1:{port}"),
         format!("redis+unix://{}?pass=stale-url-pw", redis.socket.display()),
     ] {
-        let ok = |mut cmd: Command, what: &str| {
+        let ok = |mut cmd: Lockrun, what: &str| {
             cmd.args(["-r", &url, "-vv", "k", "--", "true"]);
             let out = run(cmd);
             let what = format!("{url} {what}");
@@ -161,13 +161,13 @@ fn password_from_environment_or_file_authenticates_and_is_never_printed() {
         };
         let mut cmd = Lockrun::bare();
         cmd.env("LOCKRUN_REDIS_PASSWORD", "env-Secret-99");
-        ok(cmd.into(), "LOCKRUN_REDIS_PASSWORD");
+        ok(cmd, "LOCKRUN_REDIS_PASSWORD");
         let mut cmd = Lockrun::bare();
         cmd.args(["--redis-password-file", file]);
-        ok(cmd.into(), "--redis-password-file");
+        ok(cmd, "--redis-password-file");
         let mut cmd = Lockrun::bare();
         cmd.env("LOCKRUN_REDIS_PASSWORD_FILE", file);
-        ok(cmd.into(), "LOCKRUN_REDIS_PASSWORD_FILE");
+        ok(cmd, "LOCKRUN_REDIS_PASSWORD_FILE");
     }
 
     // Only one trailing newline is stripped: a password that ends in a newline keeps the rest.

@@ -1,6 +1,6 @@
 //! Sentinel: `redis+sentinel://host1:port1,…/<service>` finds the master through the Sentinels,
 //! follows a failover, and never silently re-acquires a lock the failover lost. Real master,
-//! replicas and Sentinels on loopback (support::topology).
+//! replicas and Sentinels on loopback (support::sentinel).
 
 use crate::support::proxy::{Fault, Proxy};
 use crate::support::*;
@@ -440,7 +440,12 @@ fn sentinel_over_tls_rediss_sentinel_url_with_the_test_ca() {
         .arg(&ca)
         .args(["tls-sentinel", "--", "redis-cli"])
         .args(set.master.tls_args())
-        .args(["-p", &set.master.port().to_string(), "EXISTS", "tls-sentinel"]);
+        .args([
+            "-p",
+            &set.master.port().to_string(),
+            "EXISTS",
+            "tls-sentinel",
+        ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out).trim(), "1", "{}", stderr_of(&out));

@@ -246,8 +246,7 @@ fn a_server_that_cannot_persist_is_waited_out() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let (_server, sock) = server(&["--save", "3600 1", "--dir", data.to_str().unwrap()],
-    );
+    let (_server, sock) = server(&["--save", "3600 1", "--dir", data.to_str().unwrap()]);
     // The save cannot write into a directory that is gone.
     std::fs::remove_dir_all(&data).unwrap();
     let client = redis::Client::open(format!("unix://{}", sock.display())).unwrap();
@@ -291,16 +290,15 @@ fn a_server_that_cannot_persist_is_waited_out() {
 #[test]
 fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
     let (_server, sock) = server(&[
-            "--save",
-            "",
-            "--rename-command",
-            "EVAL",
-            "",
-            "--rename-command",
-            "EVALSHA",
-            "",
-        ],
-    );
+        "--save",
+        "",
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
     let no_scripts = format!("unix://{}", sock.display());
     let set = ReplicaSet::start(0);
     let sentinels = Sentinels::start(&set, 1);

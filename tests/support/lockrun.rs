@@ -110,7 +110,6 @@ pub struct Background {
 }
 
 impl Background {
-
     /// lockrun's process id (a job's `$PPID`, and the `pid=` of the lock value it writes).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -195,7 +195,11 @@ impl Server {
                     c("client.crt"),
                     c("client.key"),
                     c("ca.crt"),
-                    if options.tls == Tls::Mutual { "yes" } else { "no" }
+                    if options.tls == Tls::Mutual {
+                        "yes"
+                    } else {
+                        "no"
+                    }
                 );
                 if cluster {
                     conf += "tls-cluster yes\n";
@@ -211,11 +215,7 @@ impl Server {
         conf += "\n";
         let conf_path = dir.path().join("server.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let binary = match (options.binary, tls.is_some()) {
-            (Binary::Valkey, _) => valkey_server_binary(),
-            (Binary::Redis, _) | (Binary::Default, true) => real_redis_binary(),
-            (Binary::Default, false) => redis_server_binary(),
-        };
+        let binary = binary(options.binary, tls.is_some());
         let child = spawn(&binary, &conf_path, &options.args, &options.env);
         let server = Server {
             child,
@@ -235,7 +235,7 @@ impl Server {
 
     fn wait_ready(&self) {
         self.wait_until("answered PING", |s| {
-            s.try_cmd::<String>(&["PING"]).is_some_and(|r| r == "PONG")
+            answers_ping(&s.socket, s.password.as_deref(), None)
         });
     }
 
@@ -371,7 +371,11 @@ impl Server {
             }
             thread::sleep(Duration::from_millis(20));
         }
-        panic!("server {} never {what}; its log:\n{}", self.name(), self.log());
+        panic!(
+            "server {} never {what}; its log:\n{}",
+            self.name(),
+            self.log()
+        );
     }
 
     /// Its TCP port, else its socket: for messages.
@@ -428,6 +432,25 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The program for `binary`; Redis for a server that speaks TLS (the Valkey build the suite
+/// fetches has none).
+pub(super) fn binary(binary: Binary, tls: bool) -> PathBuf {
+    match (binary, tls) {
+        (Binary::Valkey, _) => valkey_server_binary(),
+        (Binary::Redis, _) | (Binary::Default, true) => real_redis_binary(),
+        (Binary::Default, false) => redis_server_binary(),
+    }
+}
+
+/// Whether the server on `socket` answers PING: how every server's readiness is checked.
+pub(super) fn answers_ping(
+    socket: &Path,
+    password: Option<&str>,
+    timeout: Option<Duration>,
+) -> bool {
+    socket_cmd::<String>(socket, password, timeout, &["PING"]).is_ok_and(|r| r == "PONG")
 }
 
 fn spawn(binary: &Path, conf: &Path, args: &[String], env: &[(String, OsString)]) -> Child {

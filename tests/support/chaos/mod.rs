@@ -23,7 +23,7 @@ mod procs;
 mod recorder;
 mod report;
 
-pub use procs::{Running, Log};
+pub use procs::{Log, Running};
 pub use recorder::{Job, Mode, OnTerm, Recorder, Section};
 pub use report::{append_row, Report};
 
