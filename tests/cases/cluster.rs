@@ -11,9 +11,7 @@ fn bookkeeping(key: &str) -> bool {
 }
 
 fn via(seeds: &str) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    cmd.arg("-r").arg(format!("redis+cluster://{seeds}"));
-    cmd
+    Lockrun::bare().url(format!("redis+cluster://{seeds}"))
 }
 
 #[test]

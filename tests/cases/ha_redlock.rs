@@ -145,11 +145,7 @@ fn step_clocks(which: &'static [usize]) -> impl Fn(&Chaos, &mut Masters) + Sync 
 
 /// `lockrun -r <url> -r <url> …`, one `-r` per master.
 fn redlock(nodes: &[Server]) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    for r in nodes {
-        cmd.arg("-r").arg(r.url());
-    }
-    cmd
+    Lockrun::to(&nodes.iter().map(Server::url).collect::<Vec<_>>())
 }
 
 #[test]

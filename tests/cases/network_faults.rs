@@ -40,9 +40,7 @@ fn warmed(proxy: Proxy) -> Proxy {
 
 /// lockrun whose every connection goes through `proxy`.
 fn via(proxy: &Proxy) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    cmd.arg("-r").arg(proxy.url());
-    cmd
+    Lockrun::bare().url(proxy.url())
 }
 
 /// lockrun's request timeout for a TTL, as the README states it: TTL/3 within 50 ms..3 s.

@@ -11,11 +11,7 @@ fn masters(n: usize) -> Vec<Server> {
 
 /// `lockrun -r <url> -r <url> …`, one `-r` per master.
 fn redlock(nodes: &[Server]) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    for r in nodes {
-        cmd.arg("-r").arg(r.url());
-    }
-    cmd
+    Lockrun::to(&nodes.iter().map(Server::url).collect::<Vec<_>>())
 }
 
 fn joined(nodes: &[Server]) -> String {

@@ -5,9 +5,7 @@ use crate::support::*;
 use std::process::Stdio;
 
 fn on(set: &ReplicaSet) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    cmd.arg("-r").arg(format!("redis://{}", set.master.addr()));
-    cmd
+    Lockrun::bare().url(format!("redis://{}", set.master.addr()))
 }
 
 #[test]

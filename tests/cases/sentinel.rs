@@ -8,9 +8,7 @@ use std::process::Command;
 
 /// `lockrun -r <url>` with a clean environment.
 fn via(url: &str) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    cmd.arg("-r").arg(url);
-    cmd
+    Lockrun::bare().url(url)
 }
 
 fn redis_cli(port: u16) -> Vec<String> {

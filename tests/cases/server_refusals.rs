@@ -56,9 +56,7 @@ fn exists_in(redis: &Server, db: u8, key: &str) -> bool {
 }
 
 fn lockrun_at(url: &str) -> Lockrun {
-    let mut cmd = Lockrun::bare();
-    cmd.arg("-r").arg(url);
-    cmd
+    Lockrun::bare().url(url)
 }
 
 #[test]

@@ -1,16 +1,16 @@
 //! Running the real binary: [`Lockrun`] puts a command line together (server URLs, arguments,
-//! environment, always without the test process's own LOCKRUN_* variables) and runs it to
-//! completion ([`Lockrun::run`]) or in the [`Background`]; it is a [`Command`] underneath
-//! for everything else (`spawn`, pipes, `pre_exec`). Chaos scenarios and the network namespaces
-//! build theirs with it too.
+//! environment, always without the test process's own LOCKRUN_* variables) and starts it in
+//! the [`Background`]; it is a [`Command`] underneath for everything else (`spawn`, pipes,
+//! `pre_exec`; [`super::run`] runs one to completion). Chaos scenarios and the network
+//! namespaces build theirs with it too.
 
 use super::server::Server;
-use super::{kill, wait_output, wait_timeout, PATIENCE};
+use super::{kill, wait_timeout, PATIENCE};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -48,12 +48,6 @@ impl Lockrun {
     pub fn url(mut self, url: impl AsRef<OsStr>) -> Lockrun {
         self.cmd.arg("-r").arg(url);
         self
-    }
-
-    /// Runs to completion (bounded by PATIENCE, then killed and failed) and captures output.
-    pub fn run(mut self) -> Output {
-        self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        wait_output(self.cmd.spawn().expect("spawn lockrun"))
     }
 
     /// Starts lockrun with its output in `dir/name.out` and `dir/name.err`.
