@@ -1,6 +1,7 @@
 //! Supervision: signals, process groups, parent death, reaping, terminals.
 
 use crate::support::*;
+use nix::sys::termios::LocalFlags;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -368,18 +369,23 @@ struct Terminal {
 
 impl Terminal {
     fn run(lockrun_args: &[&str], rc: &Path) -> Terminal {
-        Self::start(lockrun_args, rc, false)
+        Self::start(lockrun_args, rc, LocalFlags::empty())
     }
 
-    /// `tostop`: the terminal stops a background process that writes to it (`stty tostop`),
-    /// so output from a process that is not in the foreground shows as a hang.
-    fn start(lockrun_args: &[&str], rc: &Path, tostop: bool) -> Terminal {
+    /// A terminal that stops a background process that writes to it (`stty tostop`), so
+    /// output from a process that is not in the foreground shows as a hang.
+    fn run_tostop(lockrun_args: &[&str], rc: &Path) -> Terminal {
+        Self::start(lockrun_args, rc, LocalFlags::TOSTOP)
+    }
+
+    /// `flags`: terminal modes set on top of the defaults.
+    fn start(lockrun_args: &[&str], rc: &Path, flags: LocalFlags) -> Terminal {
         let pty = nix::pty::openpty(None, None).expect("openpty");
         let slave: OwnedFd = pty.slave;
-        if tostop {
-            use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        if !flags.is_empty() {
+            use nix::sys::termios::{tcgetattr, tcsetattr, SetArg};
             let mut t = tcgetattr(&slave).expect("tcgetattr");
-            t.local_flags.insert(LocalFlags::TOSTOP);
+            t.local_flags.insert(flags);
             tcsetattr(&slave, SetArg::TCSANOW, &t).expect("tcsetattr");
         }
         let slave_fd = slave.as_raw_fd();
@@ -515,7 +521,7 @@ fn terminal_comes_back_when_the_command_cannot_be_executed() {
     let redis = Server::start();
     let rc = redis.dir.path().join("missing.rc");
     let url = redis.url();
-    let term = Terminal::start(
+    let term = Terminal::run_tostop(
         &[
             "-r",
             &url,
@@ -524,7 +530,6 @@ fn terminal_comes_back_when_the_command_cannot_be_executed() {
             "definitely-not-a-command-xyz",
         ],
         &rc,
-        true,
     );
     let (code, screen) = term.finish(&rc);
     assert_eq!(code, 127, "{screen}");

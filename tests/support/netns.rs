@@ -31,7 +31,7 @@
 //! them); without them a test fails saying so, it never skips.
 
 use super::chaos::{Chaos, Job};
-use super::server::{self, ServerOptions};
+use super::server::{self, ServerOptions, Tls};
 use super::{lockrun_bin, Lockrun, PATIENCE};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -381,7 +381,7 @@ impl Net {
             dir,
             conf,
             sentinel,
-            binary: server::binary(options.binary, false),
+            binary: server::binary(options.binary, Tls::None),
             args: options.args,
             env: options.env,
             procs: self.procs.clone(),

@@ -215,7 +215,7 @@ impl Server {
         conf += "\n";
         let conf_path = dir.path().join("server.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let binary = binary(options.binary, tls.is_some());
+        let binary = binary(options.binary, options.tls);
         let child = spawn(&binary, &conf_path, &options.args, &options.env);
         let server = Server {
             child,
@@ -436,8 +436,8 @@ impl Drop for Server {
 
 /// The program for `binary`; Redis for a server that speaks TLS (the Valkey build the suite
 /// fetches has none).
-pub(super) fn binary(binary: Binary, tls: bool) -> PathBuf {
-    match (binary, tls) {
+pub(super) fn binary(binary: Binary, tls: Tls) -> PathBuf {
+    match (binary, tls != Tls::None) {
         (Binary::Valkey, _) => valkey_server_binary(),
         (Binary::Redis, _) | (Binary::Default, true) => real_redis_binary(),
         (Binary::Default, false) => redis_server_binary(),
