@@ -3,6 +3,7 @@
 # `cron` daemon (3.0pl1, the one every Debian/Ubuntu host runs) and libfaketime (a clock skew per
 # daemon). Installs Debian/Ubuntu's packages when one is missing, and says so: never silently.
 # Sourced by tests/run.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-apt.sh"
 lockrun_missing=()
 [ -x /usr/sbin/cron ] || lockrun_missing+=(cron)
 # The library itself (the test preloads it into each daemon); `faketime` is its CLI, handy for
@@ -13,10 +14,7 @@ lockrun_faketime_lib=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | hea
 command -v unshare >/dev/null 2>&1 || lockrun_missing+=(util-linux)
 if [ ${#lockrun_missing[@]} -gt 0 ]; then
   echo ">>> not found: ${lockrun_missing[*]}; installing with apt-get" >&2
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo ">>> no apt-get here: install ${lockrun_missing[*]} with your package manager" >&2
-    return 1 2>/dev/null || exit 1
-  fi
+  lockrun_apt_present "" "${lockrun_missing[@]}" || { return 1 2>/dev/null || exit 1; }
   lockrun_sudo=""
   [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
   # cron's postinst starts the host's cron service (invoke-rc.d cron start). The test runs its
@@ -40,10 +38,7 @@ if [ ${#lockrun_missing[@]} -gt 0 ]; then
   lockrun_status=0
   # --no-install-recommends: cron recommends a mail transport agent (exim4), a daemon of its own
   # the test does not want; its daemons mail through a recorder in place of /usr/sbin/sendmail.
-  $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || lockrun_status=$?
-  [ $lockrun_status = 0 ] &&
-    { $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${lockrun_missing[@]}" >/dev/null || lockrun_status=$?; }
+  lockrun_apt_install --no-install-recommends "${lockrun_missing[@]}" || lockrun_status=$?
   [ -n "$lockrun_policy" ] && $lockrun_sudo rm -f "$lockrun_policy"
   lockrun_pid=$(cat /run/crond.pid 2>/dev/null || true)
   if [ -n "$lockrun_pid" ] && [ "$lockrun_pid" != "$lockrun_cron_before" ] &&

@@ -2,6 +2,7 @@
 # Makes sure the tests' system tools are on PATH: redis-server (every end-to-end test) and
 # openssl (the TLS test's certificates) and cc (a preloaded shim). Installs Debian/Ubuntu's packages when one is missing,
 # and says so: never silently. Sourced by tests/run.sh, tests/demo.sh and tests/bench/run.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/ensure-apt.sh"
 lockrun_missing=()
 if ! command -v redis-server >/dev/null 2>&1 && ! [ -x "${LOCKRUN_TEST_REDIS_SERVER:-}" ]; then
   lockrun_missing+=(redis-server)
@@ -11,13 +12,8 @@ command -v openssl >/dev/null 2>&1 || lockrun_missing+=(openssl)
 command -v cc >/dev/null 2>&1 || lockrun_missing+=(gcc)
 if [ ${#lockrun_missing[@]} -gt 0 ]; then
   echo ">>> not found: ${lockrun_missing[*]}; installing with apt-get" >&2
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo ">>> no apt-get here: install ${lockrun_missing[*]} with your package manager (or set LOCKRUN_TEST_REDIS_SERVER)" >&2
-    return 1 2>/dev/null || exit 1
-  fi
-  lockrun_sudo=""
-  [ "$(id -u)" != 0 ] && lockrun_sudo="sudo"
-  $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $lockrun_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${lockrun_missing[@]}" >/dev/null
+  lockrun_apt_present "or set LOCKRUN_TEST_REDIS_SERVER" "${lockrun_missing[@]}" ||
+    { return 1 2>/dev/null || exit 1; }
+  lockrun_apt_install "${lockrun_missing[@]}"
   command -v redis-server >/dev/null 2>&1 && echo ">>> installed: $(redis-server --version)" >&2
 fi

@@ -73,7 +73,7 @@ fn alerting_rules_pass_promtool_and_their_unit_tests() {
 /// (key `<prefix>-ran`), one that skipped it (`<prefix>-skipped`, held by an earlier run's
 /// hold) and one that could not start it (`<prefix>-error`), as `dir/<outcome>.prom`. One key
 /// per file, as node_exporter wants (two files with the same series fail its scrape).
-fn write_files(redis: &Redis, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+fn write_files(redis: &Server, dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (outcome, command) in [
         ("ran", "true"),
@@ -82,7 +82,7 @@ fn write_files(redis: &Redis, dir: &Path, prefix: &str) -> Vec<PathBuf> {
     ] {
         let key = format!("{prefix}-{outcome}");
         if outcome == "skipped" {
-            let mut holder = lockrun(redis);
+            let mut holder = Lockrun::on(redis);
             holder.args(["--every", "1m", &key, "--", "true"]);
             assert_eq!(run(holder).status.code(), Some(0));
         }
@@ -110,7 +110,7 @@ fn write_files(redis: &Redis, dir: &Path, prefix: &str) -> Vec<PathBuf> {
 
 #[test]
 fn alerting_metrics_files_pass_promtool_check_metrics() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     for path in write_files(&redis, dir.path(), "checked") {
         let text = std::fs::read(&path).unwrap();
@@ -195,7 +195,7 @@ impl Drop for NodeExporter {
 
 #[test]
 fn alerting_node_exporter_scrapes_what_lockrun_wrote_under_umask_077() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     // The directory node_exporter reads is open to its user; the files are lockrun's business.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

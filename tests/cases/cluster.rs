@@ -1,21 +1,17 @@
 //! Redis Cluster: `redis+cluster://seed1,seed2,…` locks each key on the shard that owns it,
 //! keeps every helper key in the lock's hash slot, wakes waiters with sharded pub/sub, and
-//! follows a failover. Real cluster nodes on loopback (support::topology).
+//! follows a failover. Real cluster nodes on loopback (support::cluster).
 
-use crate::support::topology::{wait_for_go, Cluster, Job, Node};
 use crate::support::*;
 use std::path::Path;
-use std::process::Command;
 
 /// What a finished run leaves behind on purpose: the fencing counter and the run history.
 fn bookkeeping(key: &str) -> bool {
     key.starts_with("lockrun:fence:") || key.starts_with("lockrun:history:")
 }
 
-fn via(seeds: &str) -> Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(format!("redis+cluster://{seeds}"));
-    cmd
+fn via(seeds: &str) -> Lockrun {
+    Lockrun::bare().url(format!("redis+cluster://{seeds}"))
 }
 
 #[test]
@@ -25,7 +21,7 @@ fn cluster_locks_keys_of_every_shard_through_one_seed_and_leaves_only_fences() {
     let keys: Vec<String> = (0..20).map(|i| format!("slot-key-{i}")).collect();
     let mut owners = std::collections::BTreeSet::new();
     for key in &keys {
-        let owner = cluster.owner_of(key).port;
+        let owner = cluster.owner_of(key).port();
         owners.insert(owner);
         let fence = format!("lockrun:fence:{{{key}}}");
         let mut cmd = via(&seed);
@@ -49,7 +45,7 @@ fn cluster_locks_keys_of_every_shard_through_one_seed_and_leaves_only_fences() {
     assert_eq!(left.len(), 2 * keys.len(), "{left:?}");
 
     // The operators' commands see every shard: list scans each primary.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["list", "--all", "--json", "-r"])
         .arg(format!("redis+cluster://{seed}"));
     let out = run(cmd);
@@ -65,7 +61,7 @@ fn cluster_locks_keys_of_every_shard_through_one_seed_and_leaves_only_fences() {
     names.sort();
     expected.sort();
     assert_eq!(names, expected);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["history", "--json", "-r"])
         .arg(format!("redis+cluster://{seed}"))
         .arg(&keys[7]);
@@ -77,7 +73,7 @@ fn cluster_locks_keys_of_every_shard_through_one_seed_and_leaves_only_fences() {
 /// A holder that runs until the test lets it go, and a `--wait` waiter queued behind it; both
 /// must exit 0. `check_while_waiting` runs while the waiter is queued.
 fn holder_and_waiter(
-    new_cmd: impl Fn() -> Command,
+    new_cmd: impl Fn() -> Lockrun,
     key: &str,
     dir: &Path,
     check_while_waiting: impl FnOnce(),
@@ -86,11 +82,11 @@ fn holder_and_waiter(
     let mut cmd = new_cmd();
     cmd.args([key, "sh", "-c"])
         .arg(format!("touch '{}'; {}", ready.display(), wait_for_go(&go)));
-    let mut holder = Job::spawn(cmd, dir, "holder");
+    let mut holder = cmd.background(dir, "holder");
     holder.until("the holder's job started", || ready.exists());
     let mut cmd = new_cmd();
     cmd.args(["--wait", "20s", key, "echo", "waited"]);
-    let mut waiter = Job::spawn(cmd, dir, "waiter");
+    let mut waiter = cmd.background(dir, "waiter");
     waiter.until("the waiter queued", || {
         waiter_said(dir, "redis lock already acquired; waiting")
     });
@@ -132,7 +128,7 @@ fn cluster_hash_tagged_key_keeps_its_helpers_in_its_slot() {
                 assert!(
                     owner.exists(&helper),
                     "{helper} on the owner {}",
-                    owner.port
+                    owner.port()
                 );
             }
         },
@@ -158,22 +154,22 @@ fn cluster_wake_ups_use_sharded_pub_sub_on_the_owning_shard() {
     assert!(
         owner.calls("spublish") >= 1,
         "the release SPUBLISHed on the owner {}: {}",
-        owner.port,
+        owner.port(),
         owner.cli(&["INFO", "commandstats"])
     );
     assert!(
         owner.calls("ssubscribe") >= 1,
         "the waiter SSUBSCRIBEd on the owner {}",
-        owner.port
+        owner.port()
     );
     for n in &cluster.nodes {
-        assert_eq!(n.calls("publish"), 0, "a plain PUBLISH on {}", n.port);
+        assert_eq!(n.calls("publish"), 0, "a plain PUBLISH on {}", n.port());
     }
 }
 
 #[test]
 fn wake_up_channel_shares_the_key_slot_in_standalone_mode_too() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for (key, channel) in [
         ("plain-wake", "lockrun:wake:{plain-wake}"),
         ("job:{t9}:wake", "lockrun:wake:=job:{t9}:wake"),
@@ -183,7 +179,7 @@ fn wake_up_channel_shares_the_key_slot_in_standalone_mode_too() {
         let mut pubsub = conn.as_pubsub();
         pubsub.psubscribe("lockrun:wake:*").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        holder_and_waiter(|| lockrun(&redis), key, dir.path(), || {});
+        holder_and_waiter(|| Lockrun::on(&redis), key, dir.path(), || {});
         let msg = pubsub.get_message().expect("a wake-up message");
         assert_eq!(msg.get_channel_name(), channel);
     }
@@ -194,7 +190,7 @@ fn cluster_semaphore_never_runs_more_than_its_limit() {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let jobs: Vec<Job> = (0..3)
+    let jobs: Vec<Background> = (0..3)
         .map(|i| {
             let mut cmd = via(&cluster.seeds());
             cmd.args(["--limit", "2", "--wait", "25s", "sem", "sh", "-c"])
@@ -202,7 +198,7 @@ fn cluster_semaphore_never_runs_more_than_its_limit() {
                     "echo start >> '{l}'; sleep 1; echo end >> '{l}'",
                     l = log.display()
                 ));
-            Job::spawn(cmd, dir.path(), &format!("sem{i}"))
+            cmd.background(dir.path(), &format!("sem{i}"))
         })
         .collect();
     for (i, job) in jobs.into_iter().enumerate() {
@@ -239,8 +235,8 @@ fn cluster_refuses_a_key_whose_helpers_cannot_share_its_slot() {
     cmd.args(["a-b", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["a}b", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -254,8 +250,8 @@ fn holds_through_failover<'c>(
     cluster: &'c Cluster,
     key: &str,
     flags: &[&str],
-    failover: impl FnOnce() -> &'c Node,
-) -> &'c Node {
+    failover: impl FnOnce() -> &'c Server,
+) -> &'c Server {
     let dir = tempfile::tempdir().unwrap();
     let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
     let mut cmd = via(&cluster.seeds());
@@ -264,14 +260,14 @@ fn holds_through_failover<'c>(
         ready.display(),
         wait_for_go(&go)
     ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     let old = cluster.owner_of(key);
     let value = old.cli(&["GET", key]);
     assert!(value.contains("host="), "{value:?}");
 
     let new = failover();
-    assert_ne!(new.port, old.port);
+    assert_ne!(new.port(), old.port());
     job.until("a renewal on the new master", || new.script_calls() > 0);
     assert_eq!(new.cli(&["GET", key]), value, "{}", job.stderr());
 
@@ -306,7 +302,7 @@ fn cluster_automatic_failover_after_the_lock_masters_death_keeps_the_lock() {
     holds_through_failover(&cluster, key, &["-t", "12s", "--acks", "1"], || {
         let replica = cluster.replica_of(key);
         cluster.owner_of(key).signal(libc::SIGKILL);
-        replica.wait_until("promoted by the cluster", Node::is_master);
+        replica.wait_until("promoted by the cluster", Server::is_master);
         replica
     });
 }
@@ -384,12 +380,12 @@ fn cluster_a_frozen_node_elsewhere_does_not_stop_locks_on_healthy_shards() {
         node.cli(&["CONFIG", "SET", "cluster-node-timeout", "60000"]);
     }
     let key = "healthy-shard";
-    let owner = cluster.owner_of(key).port;
-    let replica = cluster.replica_of(key).port;
-    let elsewhere: Vec<&Node> = cluster
+    let owner = cluster.owner_of(key).port();
+    let replica = cluster.replica_of(key).port();
+    let elsewhere: Vec<&Server> = cluster
         .nodes
         .iter()
-        .filter(|n| n.port != owner && n.port != replica)
+        .filter(|n| n.port() != owner && n.port() != replica)
         .collect();
     let other_master = elsewhere.iter().find(|n| n.is_master()).unwrap();
     let other_replica = elsewhere.iter().find(|n| !n.is_master()).unwrap();
@@ -409,7 +405,7 @@ fn cluster_a_frozen_node_elsewhere_does_not_stop_locks_on_healthy_shards() {
             out.status.code(),
             Some(0),
             "node {} frozen, seeds {seeds}: {err}",
-            frozen.port
+            frozen.port()
         );
         assert_eq!(stdout_of(&out), "ran\n");
     }
@@ -429,13 +425,13 @@ fn cluster_slot_migration_while_holding_is_followed_through_ask_and_moved() {
         ready.display(),
         wait_for_go(&go)
     ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     let from = cluster.owner_of(key);
     let value = from.cli(&["GET", key]);
     let to = cluster
         .masters()
-        .find(|n| n.port != from.port)
+        .find(|n| n.port() != from.port())
         .expect("another master");
     let before = to.script_calls();
 
@@ -472,7 +468,7 @@ fn cluster_slot_migration_while_holding_is_followed_through_ask_and_moved() {
 fn cluster_a_dead_seed_first_in_the_list_is_skipped() {
     let cluster = Cluster::start(3);
     let key = "dead-seed";
-    let owner = cluster.owner_of(key).port;
+    let owner = cluster.owner_of(key).port();
     let mut cmd = via(&format!(
         "127.0.0.1:{},{}",
         free_port(),
@@ -493,20 +489,20 @@ fn cluster_over_tls_rediss_cluster_url_with_the_test_ca() {
     let url = format!("rediss+cluster://{}", cluster.nodes[0].addr());
     for key in ["tls-a", "tls-b", "tls-c", "tls-d"] {
         let owner = cluster.owner_of(key);
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg("-r")
             .arg(&url)
             .arg("--tls-ca")
             .arg(&ca)
             .args([key, "--", "redis-cli"])
             .args(owner.tls_args())
-            .args(["-p", &owner.port.to_string(), "EXISTS", key]);
+            .args(["-p", &owner.port().to_string(), "EXISTS", key]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{key}: {}", stderr_of(&out));
         assert_eq!(stdout_of(&out).trim(), "1", "{key}: {}", stderr_of(&out));
     }
     assert!(cluster.all_keys().iter().all(|k| bookkeeping(k)));
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("-r").arg(&url).args(["tls-a", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(

@@ -12,8 +12,8 @@ fn now_secs() -> f64 {
 }
 
 /// Starts a waiter and returns once it has queued (logged that it is waiting).
-fn queued_waiter(redis: &Redis, args: &[&str]) -> (Child, Lines) {
-    let mut cmd = lockrun(redis);
+fn queued_waiter(redis: &Server, args: &[&str]) -> (Child, Lines) {
+    let mut cmd = Lockrun::on(redis);
     cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let lines = wait_for_line(&mut child, "waiting");
@@ -22,9 +22,9 @@ fn queued_waiter(redis: &Redis, args: &[&str]) -> (Child, Lines) {
 
 #[test]
 fn a_waiter_starts_promptly_after_release() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let stamp = redis.dir.path().join("stamps");
-    let mut holder = lockrun(&redis);
+    let mut holder = Lockrun::on(&redis);
     holder
         .args(["-t", "10s", "handoff", "--", "sh", "-c"])
         .arg(format!(
@@ -61,8 +61,8 @@ fn a_waiter_starts_promptly_after_release() {
 
 #[test]
 fn a_waiter_gets_the_lock_after_a_sigkilled_holder_expires() {
-    let redis = Redis::start();
-    let mut holder = lockrun(&redis);
+    let redis = Server::start();
+    let mut holder = Lockrun::on(&redis);
     holder
         .args(["-t", "1s", "dead", "--", "sleep", "30"])
         .stderr(Stdio::piped());
@@ -78,9 +78,9 @@ fn a_waiter_gets_the_lock_after_a_sigkilled_holder_expires() {
 
 #[test]
 fn wait_timeout_exits_75_and_leaves_the_queue() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "busy", "other", "PX", "60000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--wait", "700ms", "busy", "--", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
@@ -92,9 +92,9 @@ fn wait_timeout_exits_75_and_leaves_the_queue() {
 
 #[test]
 fn waiters_take_turns_in_arrival_order() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let order = redis.dir.path().join("order");
-    let mut holder = lockrun(&redis);
+    let mut holder = Lockrun::on(&redis);
     holder
         .args(["fifo", "--", "sleep", "1"])
         .stderr(Stdio::piped());
@@ -117,8 +117,8 @@ fn waiters_take_turns_in_arrival_order() {
 
 #[test]
 fn a_waiter_that_dies_in_the_queue_does_not_block_it() {
-    let redis = Redis::start();
-    let mut holder = lockrun(&redis);
+    let redis = Server::start();
+    let mut holder = Lockrun::on(&redis);
     holder
         .args(["q", "--", "sleep", "0.5"])
         .stderr(Stdio::piped());
@@ -136,7 +136,7 @@ fn a_waiter_that_dies_in_the_queue_does_not_block_it() {
 
 #[test]
 fn semaphore_never_runs_more_than_limit_and_runs_everyone() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("sem.log");
     let script = format!(
         "echo start >> '{log}'; sleep 0.4; echo end >> '{log}'",
@@ -144,7 +144,7 @@ fn semaphore_never_runs_more_than_limit_and_runs_everyone() {
     );
     let children: Vec<_> = (0..6)
         .map(|_| {
-            let mut cmd = lockrun(&redis);
+            let mut cmd = Lockrun::on(&redis);
             cmd.args([
                 "--limit", "3", "--wait", "60s", "sem", "--", "sh", "-c", &script,
             ])
@@ -173,10 +173,10 @@ fn semaphore_never_runs_more_than_limit_and_runs_everyone() {
 
 #[test]
 fn semaphore_holders_get_increasing_fences_and_conflict_when_full() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let mut holders = Vec::new();
     for _ in 0..2 {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args([
             "-l",
             "2",
@@ -193,7 +193,7 @@ fn semaphore_holders_get_increasing_fences_and_conflict_when_full() {
         holders.push(c);
     }
     assert_eq!(redis.cmd::<i64>(&["ZCARD", "pool"]), 2);
-    let mut third = lockrun(&redis);
+    let mut third = Lockrun::on(&redis);
     third.args(["-l", "2", "pool", "true"]);
     let out = run(third);
     assert_eq!(out.status.code(), Some(75));
@@ -208,9 +208,9 @@ fn semaphore_holders_get_increasing_fences_and_conflict_when_full() {
 
 #[test]
 fn mixing_limit_and_plain_on_one_key_is_an_error() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "plain", "someone", "PX", "60000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--limit", "2", "plain", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64));
@@ -223,7 +223,7 @@ fn mixing_limit_and_plain_on_one_key_is_an_error() {
     // A holder as a semaphore's member looks when lockrun wrote it.
     let member = "0123456789abcdef0123456789abcdef01234567 host=h pid=1 started=2024-01-02T03:04:05Z program=x";
     redis.cmd::<()>(&["ZADD", "semkey", "99999999999999", member]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["semkey", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64));
@@ -234,14 +234,14 @@ fn mixing_limit_and_plain_on_one_key_is_an_error() {
     );
 
     redis.cmd::<()>(&["LPUSH", "alist", "x"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["alist", "true"]);
     assert_eq!(run(cmd).status.code(), Some(64));
 }
 
 #[test]
 fn nested_lockrun_on_the_same_key_is_reentrant() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let marker = redis.dir.path().join("inner-done");
     let bin = lockrun_bin().display().to_string();
     let url = redis.url();
@@ -251,7 +251,7 @@ fn nested_lockrun_on_the_same_key_is_reentrant() {
         "'{bin}' -r '{url}' outer -- sh -c 'echo inner-ran' && touch '{m}' && sleep 1",
         m = marker.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "2s", "outer", "--", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -282,11 +282,11 @@ fn nested_lockrun_on_the_same_key_is_reentrant() {
 
 #[test]
 fn nested_lockrun_on_another_key_locks_normally() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let bin = lockrun_bin().display().to_string();
     let url = redis.url();
     let script = format!("'{bin}' -r '{url}' inner-key -- sh -c 'echo $LOCKRUN_KEY'");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["outer-key", "--", "sh", "-c", &script]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -303,10 +303,10 @@ fn nested_lockrun_on_another_key_locks_normally() {
 
 #[test]
 fn a_forged_or_stale_token_is_not_reentrant() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "guarded", "abc host=x", "PX", "60000"]);
     for token in ["forged", "ab"] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.env("LOCKRUN_KEY", "guarded")
             .env("LOCKRUN_TOKEN", token)
             .args(["guarded", "echo", "ran"]);
@@ -318,15 +318,15 @@ fn a_forged_or_stale_token_is_not_reentrant() {
 
 #[test]
 fn wait_forever_waits() {
-    let redis = Redis::start();
-    let mut holder = lockrun(&redis);
+    let redis = Server::start();
+    let mut holder = Lockrun::on(&redis);
     holder
         .args(["fv", "--", "sleep", "1"])
         .stderr(Stdio::piped());
     let mut holder = holder.spawn().unwrap();
     wait_for_line(&mut holder, "redis lock acquired");
     let started = now_secs();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--wait", "forever", "fv", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -339,7 +339,7 @@ fn wait_forever_waits() {
 /// 4). Every enclosing holder is recognised, for plain locks and semaphores.
 #[test]
 fn nesting_a_b_a_is_reentrant_for_every_enclosing_lock() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let url = redis.url();
     for limit in [&[][..], &["--limit", "2"]] {
         let limit = limit.join(" ");
@@ -347,7 +347,7 @@ fn nesting_a_b_a_is_reentrant_for_every_enclosing_lock() {
             "exec \"$0\" -r '{url}' {limit} --wait 2s a -- sh -c 'echo INNER $LOCKRUN_KEY'"
         );
         let middle = format!("exec \"$0\" -r '{url}' b -- sh -c \"$1\" \"$0\"");
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(limit.split_whitespace())
             .args(["a", "--", "sh", "-c", &middle])
             .arg(lockrun_bin())

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 #[test]
 fn exactly_one_of_several_simultaneous_runs_the_command() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let marker = redis.dir.path().join("ran");
     let children: Vec<_> = (0..5)
         .map(|_| {
-            let mut cmd = lockrun(&redis);
+            let mut cmd = Lockrun::on(&redis);
             cmd.args(["nightly-report", "--", "sh", "-c"])
                 .arg(format!("echo ran >> '{}'; sleep 2", marker.display()))
                 .stdout(Stdio::piped())
@@ -48,14 +48,14 @@ fn exactly_one_of_several_simultaneous_runs_the_command() {
 
 #[test]
 fn exit_codes_pass_through() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for (script, code) in [
         ("exit 0", 0),
         ("exit 42", 42),
         ("kill -KILL $$", 128 + 9),
         ("kill -TERM $$", 128 + 15),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["k", "--", "sh", "-c", script]);
         let out = run(cmd);
         assert_eq!(
@@ -70,8 +70,8 @@ fn exit_codes_pass_through() {
 
 #[test]
 fn stdout_belongs_to_the_command() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["k", "echo", "-n", "hello"]);
     let out = run(cmd);
     assert_eq!(stdout_of(&out), "hello");
@@ -80,8 +80,8 @@ fn stdout_belongs_to_the_command() {
 
 #[test]
 fn command_not_found_or_not_executable_releases_the_lock() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["k", "--", "definitely-not-a-command-xyz"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(127));
@@ -91,7 +91,7 @@ fn command_not_found_or_not_executable_releases_the_lock() {
 
     let script = redis.dir.path().join("not-executable.sh");
     std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("k").arg(&script);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(126), "{}", stderr_of(&out));
@@ -100,8 +100,8 @@ fn command_not_found_or_not_executable_releases_the_lock() {
 
 #[test]
 fn environment_names_key_token_and_fence() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "env-key",
         "--",
@@ -126,12 +126,12 @@ fn environment_names_key_token_and_fence() {
 #[test]
 fn the_command_is_found_and_executed_as_execvp_would() {
     use std::os::unix::fs::PermissionsExt;
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = redis.dir.path();
     let plain = dir.join("plain-script");
     std::fs::write(&plain, "echo \"no shebang: $1\"\n").unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("k").arg("--").arg(&plain).arg("arg1");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -149,19 +149,19 @@ fn the_command_is_found_and_executed_as_execvp_would() {
     )
     .unwrap();
     let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("PATH", &path).args(["k", "--", "tool-xyz"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "right\n");
     // Only the non-executable one: EACCES wins over "not found", as with execvp: 126.
     std::fs::remove_file(second.join("tool-xyz")).unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("PATH", &path).args(["k", "--", "tool-xyz"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(126), "{}", stderr_of(&out));
 
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_FENCE", "stale")
         .env("LOCKRUN_KEY", "stale")
         .args([
@@ -187,8 +187,8 @@ fn the_command_is_found_and_executed_as_execvp_would() {
 
 #[test]
 fn the_key_tells_an_operator_who_holds_it() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["held", "--", "sleep", "3"])
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -207,10 +207,10 @@ fn the_key_tells_an_operator_who_holds_it() {
 
 #[test]
 fn fence_strictly_increases_across_runs() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let mut fences = Vec::new();
     for _ in 0..4 {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["fenced", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
         let out = run(cmd);
         fences.push(stdout_of(&out).trim().parse::<u64>().unwrap());
@@ -223,9 +223,9 @@ fn fence_strictly_increases_across_runs() {
 
 #[test]
 fn a_command_running_three_ttls_keeps_the_lock_throughout() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let done = redis.dir.path().join("long.done");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     // TTL 1.5 s, renewed every 0.5 s: a renewal can be up to a second late on a loaded machine
     // before the lease would lapse.
     cmd.args(["-t", "1500ms", "long", "--", "sh", "-c"])
@@ -245,7 +245,7 @@ fn a_command_running_three_ttls_keeps_the_lock_throughout() {
             break;
         }
         assert_eq!(now.as_deref(), Some(value.as_str()));
-        let mut rival = lockrun(&redis);
+        let mut rival = Lockrun::on(&redis);
         rival.args(["long", "true"]);
         let code = run(rival).status.code();
         assert!(
@@ -261,8 +261,8 @@ fn a_command_running_three_ttls_keeps_the_lock_throughout() {
 
 #[test]
 fn a_lock_taken_over_is_lost_the_command_stopped_and_the_intruder_kept() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "600ms",
@@ -289,8 +289,8 @@ fn a_lock_taken_over_is_lost_the_command_stopped_and_the_intruder_kept() {
 
 #[test]
 fn lock_lost_logs_the_phrase_and_on_lost_continue_keeps_running() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "300ms",
@@ -317,8 +317,8 @@ fn lock_lost_logs_the_phrase_and_on_lost_continue_keeps_running() {
 
 #[test]
 fn sigterm_reaches_the_command_and_its_code_passes_through() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     let ready = redis.dir.path().join("ready");
     cmd.args(["term", "--", "sh", "-c"]).arg(format!(
         "trap 'exit 7' TERM; touch '{}'; while :; do sleep 0.05; done",
@@ -334,8 +334,8 @@ fn sigterm_reaches_the_command_and_its_code_passes_through() {
 
 #[test]
 fn sigkill_of_lockrun_leaves_a_key_that_expires_by_its_ttl() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "1s", "orphan", "--", "sleep", "30"])
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -349,8 +349,8 @@ fn sigkill_of_lockrun_leaves_a_key_that_expires_by_its_ttl() {
 
 #[test]
 fn min_hold_keeps_the_key_after_a_short_command() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--min-hold", "20s", "tick", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0));
@@ -360,7 +360,7 @@ fn min_hold_keeps_the_key_after_a_short_command() {
         pttl > 10_000 && pttl <= 20_000,
         "kept for the rest of --min-hold: {pttl}"
     );
-    let mut rival = lockrun(&redis);
+    let mut rival = Lockrun::on(&redis);
     rival.args(["tick", "true"]);
     assert_eq!(
         run(rival).status.code(),
@@ -369,7 +369,7 @@ fn min_hold_keeps_the_key_after_a_short_command() {
     );
 
     // A command that outlives --min-hold is released normally.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--min-hold", "100ms", "tock", "sleep", "0.3"]);
     assert_eq!(run(cmd).status.code(), Some(0));
     assert!(!redis.exists("tock"));
@@ -377,14 +377,14 @@ fn min_hold_keeps_the_key_after_a_short_command() {
 
 #[test]
 fn conflict_exit_code_and_quiet() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "busy", "someone-else", "PX", "60000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-q", "-E", "0", "busy", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stderr_of(&out), "", "-q -E 0 is fully silent on conflict");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-E", "1", "busy", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(1));
@@ -394,8 +394,8 @@ fn conflict_exit_code_and_quiet() {
 
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--log-format", "json", "j", "true"]);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -409,9 +409,9 @@ fn json_logs_are_one_object_per_line() {
 
 #[test]
 fn options_read_the_environment() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "envkey", "x", "PX", "60000"]);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_REDIS_URL", redis.url())
         .env("LOCKRUN_CONFLICT_EXIT_CODE", "9")
         .env("LOCKRUN_LOG_FORMAT", "json")
@@ -423,7 +423,7 @@ fn options_read_the_environment() {
 
 /// Each bad input: the documented code, one line on stderr, no panic.
 fn assert_usage_error(args: &[&str], code: i32, needle: &str) {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(args);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -468,7 +468,7 @@ fn bad_input_gets_one_line_and_exit_64() {
 #[test]
 fn help_and_version_exit_zero() {
     for flag in ["--help", "--version"] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg(flag);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0));
@@ -478,7 +478,7 @@ fn help_and_version_exit_zero() {
 
 #[test]
 fn unreachable_redis_exits_69_quickly() {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args([
         "-r",
         &format!("redis://127.0.0.1:{}", free_port()),
@@ -503,7 +503,7 @@ fn a_server_that_never_answers_times_out_well_below_the_ttl() {
         }
         thread::sleep(PATIENCE);
     });
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args([
         "-r",
         &format!("redis://127.0.0.1:{port}"),
@@ -518,9 +518,9 @@ fn a_server_that_never_answers_times_out_well_below_the_ttl() {
 
 #[test]
 fn wrong_password_exits_69_and_never_prints_it() {
-    let redis = Redis::start_with_password("correct-horse");
-    let port = redis.port.unwrap();
-    let mut cmd = bare_lockrun();
+    let redis = Server::start_with_password("correct-horse");
+    let port = redis.port();
+    let mut cmd = Lockrun::bare();
     cmd.args([
         "-r",
         &format!("redis://:wrong-battery@127.0.0.1:{port}"),
@@ -535,7 +535,7 @@ fn wrong_password_exits_69_and_never_prints_it() {
     assert!(err.contains("***"), "{err}");
 
     // And the right one works, over TCP with a password, without printing it either.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &redis.url(), "-vv", "k", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -546,8 +546,8 @@ fn wrong_password_exits_69_and_never_prints_it() {
 fn a_closed_stderr_does_not_stop_lockrun_from_releasing() {
     // cron's mailer or a log collector going away must not turn into a panic that leaves the
     // key behind.
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["closed", "--", "sleep", "0.5"])
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -560,10 +560,10 @@ fn a_closed_stderr_does_not_stop_lockrun_from_releasing() {
 
 #[test]
 fn rediss_urls_speak_tls_and_check_the_certificate() {
-    let redis = Redis::start_tls();
+    let redis = Server::start_tls();
     let ca = redis.dir.path().join("ca.crt");
     // Trusting the test CA (rustls reads SSL_CERT_FILE like OpenSSL does): it works.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("SSL_CERT_FILE", &ca)
         .args(["tls-key", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
     let out = run(cmd);
@@ -572,7 +572,7 @@ fn rediss_urls_speak_tls_and_check_the_certificate() {
     assert!(fence > 0, "{fence}");
     assert!(!redis.exists("tls-key"));
     // Without it the certificate is refused: Redis unavailable, nothing run.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("SSL_CERT_FILE", redis.dir.path().join("server.key"))
         .args(["tls-key", "--", "echo", "ran"]);
     let out = run(cmd);
@@ -582,10 +582,10 @@ fn rediss_urls_speak_tls_and_check_the_certificate() {
 
 #[test]
 fn tls_insecure_skips_verification_loudly_and_only_on_tls() {
-    let redis = Redis::start_tls();
+    let redis = Server::start_tls();
     // A trust store without the test CA: refused unless verification is turned off.
     let untrusted = redis.dir.path().join("server.key");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("SSL_CERT_FILE", &untrusted).args([
         "--tls-insecure",
         "insecure-key",
@@ -602,13 +602,13 @@ fn tls_insecure_skips_verification_loudly_and_only_on_tls() {
         stderr_of(&out)
     );
     // The environment variable, as a switch.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("SSL_CERT_FILE", &untrusted)
         .env("LOCKRUN_TLS_INSECURE", "yes")
         .args(["insecure-key", "--", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
     // Without TLS there is nothing to be insecure about: a usage error, not a silent no-op.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", "redis://127.0.0.1:1", "--tls-insecure", "k", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
@@ -617,10 +617,10 @@ fn tls_insecure_skips_verification_loudly_and_only_on_tls() {
 
 #[test]
 fn scripts_go_by_sha_once_the_server_has_them() {
-    let redis = Redis::start();
-    let calls = || (redis.command_calls("evalsha"), redis.command_calls("eval"));
+    let redis = Server::start();
+    let calls = || (redis.calls("evalsha"), redis.calls("eval"));
     let once = || {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["sha", "true"]);
         assert_eq!(run(cmd).status.code(), Some(0));
     };

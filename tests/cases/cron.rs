@@ -291,7 +291,7 @@ fn check(
     }
 
     // lockrun's own account, compared with the job log; and every daemon fired every tick.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["history", c.key, "--json", "-n", "10000", "-r", url]);
     let out = crate::support::run(cmd);
     let history = if out.status.success() {
@@ -435,7 +435,7 @@ fn cron_readme_line_runs_once_per_tick() {
         .expect("README.md");
     let block = readme_crontab_block(&readme).unwrap_or_else(|e| panic!("{e}"));
     let line = std::env::var("LOCKRUN_CRON_LINE").ok();
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = redis.url();
     let setups: Vec<Setup> = CONFIGS
         .iter()
@@ -569,14 +569,14 @@ fn cron_unit_readme_block() {
     );
 }
 
-fn spec<'a>(line: Option<&'a str>, control: bool, extra: &'a [String]) -> CrontabSpec<'a> {
+fn spec<'a>(line: Option<&'a str>, extra: &'a [String]) -> CrontabSpec<'a> {
     CrontabSpec {
         url: "redis://127.0.0.1:23456",
         key: "cron-k",
         job: Path::new("/tmp/t/job.sh"),
         lockrun: Path::new("/w/target/debug/lockrun"),
         line,
-        control,
+        control: false,
         extra,
     }
 }
@@ -590,7 +590,7 @@ fn active(tab: &str) -> Vec<&str> {
 fn cron_unit_crontab_from_block() {
     let future = "# Every host has this line.\nLOCKRUN_REDIS_URL=redis://redis.internal:6379\n\
                   * * * * * lockrun -q -E 0 --every 1m nightly-report -- /usr/local/bin/report.sh\n";
-    let tab = build_crontab(future, &spec(None, false, &[])).unwrap();
+    let tab = build_crontab(future, &spec(None, &[])).unwrap();
     assert_eq!(
         active(&tab),
         [
@@ -601,7 +601,12 @@ fn cron_unit_crontab_from_block() {
         ]
     );
     assert!(tab.contains("# Every host has this line.") && tab.ends_with('\n'));
-    let control = build_crontab(future, &spec(None, true, &["x y".into()])).unwrap();
+    let extra = ["x y".to_string()];
+    let control = CrontabSpec {
+        control: true,
+        ..spec(None, &extra)
+    };
+    let control = build_crontab(future, &control).unwrap();
     assert_eq!(
         active(&control)[3..],
         ["* * * * * lockrun -q -E 0 cron-k -- /tmp/t/job.sh", "x y"]
@@ -610,7 +615,7 @@ fn cron_unit_crontab_from_block() {
     let now = "* * * * * lockrun -q -E 0 nightly-report -- /usr/local/bin/report.sh\n";
     let held =
         "* * * * * lockrun -q -E 0 --min-hold 54s nightly-report -- /usr/local/bin/report.sh";
-    let tab = build_crontab(now, &spec(Some(held), false, &[])).unwrap();
+    let tab = build_crontab(now, &spec(Some(held), &[])).unwrap();
     assert_eq!(
         active(&tab),
         [
@@ -624,14 +629,12 @@ fn cron_unit_crontab_from_block() {
     let r =
         "* * * * * /usr/bin/lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
     assert_eq!(
-        active(&build_crontab(r, &spec(None, false, &[])).unwrap())[2],
+        active(&build_crontab(r, &spec(None, &[])).unwrap())[2],
         "* * * * * lockrun -r redis://127.0.0.1:23456 cron-k -- /tmp/t/job.sh"
     );
     let r = "* * * * * lockrun --redis=redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
-    assert!(
-        active(&build_crontab(r, &spec(None, false, &[])).unwrap())[2]
-            .contains(" --redis=redis://127.0.0.1:23456 ")
-    );
+    assert!(active(&build_crontab(r, &spec(None, &[])).unwrap())[2]
+        .contains(" --redis=redis://127.0.0.1:23456 "));
     // What the harness cannot test says so.
     for bad in [
         "*/5 * * * * lockrun nightly-report -- /usr/local/bin/report.sh\n",
@@ -640,13 +643,17 @@ fn cron_unit_crontab_from_block() {
         "* * * * * lockrun nightly-report -- /usr/local/bin/report.sh\n* * * * * lockrun b\n",
         "# nothing\n",
     ] {
-        assert!(
-            build_crontab(bad, &spec(None, false, &[])).is_err(),
-            "{bad}"
-        );
+        assert!(build_crontab(bad, &spec(None, &[])).is_err(), "{bad}");
     }
     assert!(
-        build_crontab(now, &spec(None, true, &[])).is_err(),
+        build_crontab(
+            now,
+            &CrontabSpec {
+                control: true,
+                ..spec(None, &[])
+            }
+        )
+        .is_err(),
         "a control without a hold"
     );
 }

@@ -5,17 +5,16 @@
 //! fix, 1 a `warn` or `fail`, 69 no server, 64 usage. Every test passes on Redis and on Valkey
 //! (`LOCKRUN_TEST_SERVER=valkey`).
 
-use crate::support::topology::{Cluster, ReplicaSet};
 use crate::support::*;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn doctor_at(url: &str, args: &[&str]) -> Output {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("doctor").args(args).arg("-r").arg(url);
     run(cmd)
 }
 
-fn doctor(redis: &Redis, args: &[&str]) -> Output {
+fn doctor(redis: &Server, args: &[&str]) -> Output {
     doctor_at(&redis.url(), args)
 }
 
@@ -44,7 +43,7 @@ fn valkey() -> bool {
 
 #[test]
 fn doctor_on_a_default_server_warns_of_no_persistence_only() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let out = doctor(&redis, &["nightly"]);
     let err = stderr_of(&out);
     // The harness's servers persist nothing: the one warning, so exit 1.
@@ -70,7 +69,7 @@ fn doctor_on_a_default_server_warns_of_no_persistence_only() {
 
 #[test]
 fn doctor_warns_when_a_held_lock_may_be_evicted() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
     redis.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
     // Without a memory limit nothing is evicted: info, and nothing else to fix.
@@ -89,7 +88,7 @@ fn doctor_warns_when_a_held_lock_may_be_evicted() {
 
 #[test]
 fn doctor_with_an_append_only_file_finds_nothing_to_fix() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
     let out = doctor(&redis, &[]);
     let persistence = line(&out, "persistence", "ok");
@@ -110,16 +109,16 @@ fn doctor_with_an_append_only_file_finds_nothing_to_fix() {
 }
 
 /// An ACL user on `redis` with these rules; its URL.
-fn user(redis: &Redis, name: &str, rules: &str) -> String {
+fn user(redis: &Server, name: &str, rules: &str) -> String {
     let mut words = vec!["ACL", "SETUSER", name, "on", ">doc-Pw-1", "resetkeys", "~*"];
     words.extend(rules.split_whitespace());
     redis.cmd::<()>(&words);
-    format!("redis://{name}:doc-Pw-1@127.0.0.1:{}", redis.port.unwrap())
+    format!("redis://{name}:doc-Pw-1@127.0.0.1:{}", redis.port())
 }
 
 #[test]
 fn doctor_says_cannot_check_what_the_user_may_not_ask() {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = user(&redis, "noconfig", "&* +@all -config");
     let out = doctor_at(&url, &[]);
     let code = out.status.code();
@@ -147,7 +146,7 @@ const LOCKRUN_RULES: &str = "resetchannels &lockrun:wake:* -@all +eval +subscrib
 
 #[test]
 fn doctor_names_the_commands_a_user_lacks() {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     // Without ACL permissions doctor asks redis.acl_check_cmd in a script; with them, ACL DRYRUN.
     let plain = user(&redis, "plain", LOCKRUN_RULES);
     let admin = user(
@@ -191,7 +190,7 @@ fn doctor_fails_a_replica_and_counts_a_primarys_replicas() {
     let out = doctor_at(&replica, &[]);
     let role = line(&out, "role", "fail");
     assert!(
-        role.contains(&format!("a replica of 127.0.0.1:{}", set.master.port)),
+        role.contains(&format!("a replica of 127.0.0.1:{}", set.master.port())),
         "{role}"
     );
     assert_eq!(out.status.code(), Some(1));
@@ -205,7 +204,7 @@ fn doctor_fails_a_replica_and_counts_a_primarys_replicas() {
 
 #[test]
 fn doctor_json_is_one_document() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let out = doctor(&redis, &["--json", "k"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -247,7 +246,7 @@ fn doctor_without_a_server_exits_69_and_64_for_usage() {
 
 #[test]
 fn doctor_on_valkey_names_it() {
-    let valkey = Redis::start_valkey();
+    let valkey = Server::start_valkey();
     let out = doctor(&valkey, &[]);
     assert!(line(&out, "server", "info").starts_with("Valkey 8"));
     line(&out, "acl", "ok");
@@ -256,7 +255,7 @@ fn doctor_on_valkey_names_it() {
 #[test]
 fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
     let cluster = Cluster::start(3);
-    let mut cmd: Command = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["doctor", "--json", "nightly", "-r"])
         .arg(format!("redis+cluster://{}", cluster.seeds()));
     let out = run(cmd);
@@ -267,7 +266,7 @@ fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
     let top = doc["findings"].as_array().unwrap();
     assert_eq!(top[0]["check"], "cluster");
     assert_eq!(top[0]["verdict"], "ok", "{doc}");
-    let owner = cluster.owner_of("nightly").port;
+    let owner = cluster.owner_of("nightly").port();
     let slot = top[1]["detail"].as_str().unwrap();
     assert!(
         slot.contains(&format!(
@@ -286,7 +285,11 @@ fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
         assert_eq!(lock["verdict"], "ok", "{node}");
     }
     for node in &cluster.nodes {
-        assert!(node.cli(&["KEYS", "*"]).trim().is_empty(), "{}", node.port);
+        assert!(
+            node.cli(&["KEYS", "*"]).trim().is_empty(),
+            "{}",
+            node.port()
+        );
         assert!(node
             .cli(&["INFO", "commandstats"])
             .contains("cmdstat_evalsha:"));
@@ -296,59 +299,9 @@ fn doctor_checks_every_cluster_primary_and_names_the_keys_owner() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-/// A redis-server with `args` on a unix socket in its own directory, stopped when dropped.
-struct Server {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(redis_server_binary())
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--unixsocket",
-            ])
-            .arg(dir.path().join("s.sock"))
-            .arg("--dir")
-            .arg(dir.path())
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server { child, dir };
-        let client = redis::Client::open(server.url()).unwrap();
-        eventually("the server to answer", || {
-            client
-                .get_connection()
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                .is_ok()
-        });
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("unix://{}", self.dir.path().join("s.sock").display())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// What a run says on `url`: its exit code and its stderr.
 fn a_run_at(url: &str) -> (Option<i32>, String) {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", url, "doctor-agrees", "--", "true"]);
     let out = run(cmd);
     (out.status.code(), stderr_of(&out))
@@ -374,17 +327,17 @@ fn fails_as_a_run_does(url: &str, out: &Output, reason: &str) -> String {
 /// key, no fencing counter, no history.
 #[test]
 fn doctor_takes_and_releases_a_probe_lock_and_leaves_nothing_behind() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "users-own-key", "v"]);
     for round in 0..2 {
-        let (sha, eval) = (redis.command_calls("evalsha"), redis.command_calls("eval"));
+        let (sha, eval) = (redis.calls("evalsha"), redis.calls("eval"));
         let out = doctor(&redis, &[]);
         let lock = line(&out, "lock", "ok");
         assert!(lock.contains("EVALSHA and EVAL"), "{lock}");
         // Both paths ran both scripts (acquire and release): by EVALSHA, and by EVAL (after
         // NOSCRIPT on the fresh server; on purpose once the scripts are there).
-        assert!(redis.command_calls("evalsha") >= sha + 2, "round {round}");
-        assert!(redis.command_calls("eval") >= eval + 2, "round {round}");
+        assert!(redis.calls("evalsha") >= sha + 2, "round {round}");
+        assert!(redis.calls("eval") >= eval + 2, "round {round}");
         let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
         assert_eq!(keys, ["users-own-key"], "round {round}");
         assert_eq!(redis.cmd::<i64>(&["DBSIZE"]), 1);
@@ -396,7 +349,7 @@ fn doctor_takes_and_releases_a_probe_lock_and_leaves_nothing_behind() {
 /// that contradicts nothing or a failure that contradicts the runs.
 #[test]
 fn doctor_without_evalsha_is_ok_as_the_runs_are() {
-    let server = Server::start(&["--rename-command", "EVALSHA", ""]);
+    let server = Server::start_with_args(&["--rename-command", "EVALSHA", ""]);
     let out = doctor_at(&server.url(), &[]);
     let lock = line(&out, "lock", "ok");
     assert!(lock.contains("EVAL only"), "{lock}");
@@ -424,7 +377,7 @@ fn doctor_without_evalsha_is_ok_as_the_runs_are() {
 /// Neither EVAL nor EVALSHA: every run exits 69 saying so, and so does doctor's lock finding.
 #[test]
 fn doctor_fails_a_server_without_scripts_as_a_run_does() {
-    let server = Server::start(&[
+    let server = Server::start_with_args(&[
         "--rename-command",
         "EVAL",
         "",
@@ -440,7 +393,7 @@ fn doctor_fails_a_server_without_scripts_as_a_run_does() {
 /// lock exits 69 with OOM, and doctor's lock finding fails with the same words.
 #[test]
 fn doctor_fails_a_full_server_as_a_run_does() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["CONFIG", "SET", "appendonly", "yes"]);
     redis.cmd::<()>(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     redis.cmd::<()>(&["SET", "ballast", &"x".repeat(4 << 20)]);
@@ -475,14 +428,11 @@ const SLOW_REPLY: std::time::Duration = std::time::Duration::from_millis(2500);
 fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
     use std::io::BufRead;
     use std::time::{Duration, Instant};
-    let redis = Redis::start_tcp();
-    let proxy = crate::support::proxy::Proxy::start(
-        format!("127.0.0.1:{}", redis.port.unwrap())
-            .parse()
-            .unwrap(),
-    );
+    let redis = Server::start_tcp();
+    let proxy =
+        crate::support::proxy::Proxy::start(format!("127.0.0.1:{}", redis.port()).parse().unwrap());
     proxy.set(crate::support::proxy::Fault::DelayReplies(SLOW_REPLY));
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["doctor", "-r", &proxy.url()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());

@@ -11,7 +11,7 @@
 //! Sleeps here only schedule faults (when to strike, how long a pause lasts); whatever a check
 //! depends on is awaited as an event (a job's begin or write, a log line, an exit).
 
-use crate::support::chaos::{self, Chaos, Job, Lockrun, Mode, OnTerm, Rng, Section};
+use crate::support::chaos::{self, Chaos, Job, Mode, OnTerm, Rng, Running, Section};
 use crate::support::*;
 use std::process::Command;
 use std::thread;
@@ -55,7 +55,7 @@ fn ran_by(s: &Section, pid: u32) -> bool {
 }
 
 /// Waits for the job of lockrun `lr` to begin its critical section.
-fn wait_begin(ch: &Chaos, lr: &Lockrun) {
+fn wait_begin(ch: &Chaos, lr: &Running) {
     let pid = lr.pid;
     let begun = ch
         .recorder
@@ -88,7 +88,7 @@ fn share(report: &chaos::Report, code: i32) -> f64 {
 
 #[test]
 fn faults_soak_exclusive() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_soak_exclusive", &redis);
     let ttls = [300, 450, 600];
     let key = ch.key("soak", Mode::Exclusive, ms(600));
@@ -109,7 +109,7 @@ fn faults_soak_exclusive() {
 
 #[test]
 fn faults_soak_limit3() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_soak_limit3", &redis);
     let ttls = [300, 450, 600];
     let key = ch.key("pool", Mode::Limit(3), ms(600));
@@ -130,7 +130,7 @@ fn faults_soak_limit3() {
 fn faults_lockrun_sigkilled() {
     // lockrun dies at random moments (mostly while its job runs): the job gets its
     // parent-death SIGTERM, the key expires by its TTL, and only then does a waiter get in.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_lockrun_sigkilled", &redis);
     let key = ch.key("killed", Mode::Exclusive, ms(500));
     let until = Instant::now() + ch.scaled_duration(SOAK);
@@ -190,7 +190,7 @@ fn faults_lockrun_paused_past_ttl() {
     // pause is the case a lease cannot cover, so the overlap is EXPECTED and measured. What
     // must hold: the next holder gets a higher fence, the resource rejects the paused holder's
     // writes once the new holder has written, and on SIGCONT lockrun stops its job (76).
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_lockrun_paused_past_ttl", &redis).allowing_overlap();
     let ttl = 500;
     let key = ch.key("paused", Mode::Exclusive, ms(ttl));
@@ -254,7 +254,7 @@ fn faults_lockrun_paused_past_ttl() {
 /// the waiter's job overlap it (a stall is the one case a lease cannot cover), fenced.
 #[test]
 fn faults_lockrun_stalled_for_part_of_its_ttl() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_lockrun_stalled_for_part_of_its_ttl", &redis).allowing_overlap();
     let ttl = 1500;
     let t = format!("{ttl}ms");
@@ -323,12 +323,12 @@ fn faults_lockrun_stalled_for_part_of_its_ttl() {
 /// waits for the job to begin, then fills lockrun's stderr pipe, which nobody reads.
 fn spawn_plugged(
     ch: &Chaos,
-    redis: &Redis,
+    redis: &Server,
     key: &str,
     ttl: u64,
     hold_ms: u64,
     expected: &[i32],
-) -> Lockrun {
+) -> Running {
     let t = format!("{ttl}ms");
     let job = Job::hold(hold_ms).writing_every(50).quiet();
     let a = ch.spawn_undrained(ch.command(redis, &["-v", "-t", &t, key], &job), expected);
@@ -346,7 +346,7 @@ fn faults_undrained_stderr_client_kill() {
     // lockrun -v logs every renewal into a stderr pipe that nobody reads and that is full;
     // meanwhile its connection is killed. Logging must never stall renewal: the lease holds,
     // the waiter gets the lock only after the job ended.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_undrained_stderr_client_kill", &redis);
     // 1.5 s (was 600 ms): on a slow day here a renewal between two kills could miss its
     // ~170 ms window for reasons that have nothing to do with logging.
@@ -377,7 +377,7 @@ fn faults_undrained_stderr_key_deleted() {
     // The key is deleted by hand while lockrun's stderr is a full pipe nobody reads: lockrun
     // must still notice and stop its job within the TTL (before the lease it believed in could
     // have expired), whatever its logging does.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_undrained_stderr_key_deleted", &redis);
     let ttl = 600;
     let key = ch.key("plugged-del", Mode::Exclusive, ms(ttl));
@@ -408,7 +408,7 @@ fn faults_slow_exit_on_lock_loss() {
     // and keeps writing meanwhile, or one that ignores SIGTERM. The job must be gone before the
     // lease can have expired, so the next holder, who gets in as soon as the server is back,
     // never overlaps it. --kill-after is long: the TTL, not it, must bound the job's end.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_slow_exit_on_lock_loss", &redis);
     let ttl = 600;
     let key = ch.key("slow", Mode::Exclusive, ms(ttl));
@@ -450,7 +450,7 @@ fn faults_redis_paused() {
     // redis-server SIGSTOPped for longer than the TTL, then continued: the holder must have
     // stopped its job by then; a waiter queued before the pause and one arriving after both
     // get the lock, one at a time.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_redis_paused", &redis);
     let ttl = 500;
     let key = ch.key("frozen", Mode::Exclusive, ms(ttl));
@@ -494,7 +494,7 @@ fn faults_redis_debug_sleep() {
     // DEBUG SLEEP past the TTL: the server is alive (connections are accepted, requests queue)
     // but answers nothing. Renewals sent during the sleep run when it ends; by then the lease
     // is over, so they must not revive it, and the holder must have stopped its job.
-    let mut redis = Redis::start();
+    let mut redis = Server::start();
     redis.respawn(&["--enable-debug-command", "local"]);
     let ch = Chaos::new("faults_redis_debug_sleep", &redis);
     let ttl = 500;
@@ -533,7 +533,7 @@ fn faults_redis_restarted_empty() {
     // holders overlap the new ones until their next renewal finds the key gone: EXPECTED, and
     // measured. What must hold: every fence handed out after the restart exceeds every fence
     // before it, so the resource rejects the old holder's writes, never the new holder's.
-    let mut redis = Redis::start();
+    let mut redis = Server::start();
     let ch = Chaos::new("faults_redis_restarted_empty", &redis).allowing_overlap();
     let ttl = 3000;
     let t = format!("{ttl}ms");
@@ -627,7 +627,7 @@ fn faults_client_kill_soak() {
     // A soak while lockrun's connections are killed over and over (CLIENT KILL of normal and of
     // pub/sub connections) and the script cache is flushed: no overlap, no lost lock, and no
     // connection leak: the server's client count stays bounded and drops back at the end.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_client_kill_soak", &redis);
     let key = ch.key("kills", Mode::Exclusive, ms(1000));
     let contenders = 8;
@@ -695,7 +695,7 @@ fn faults_client_kill_soak() {
 fn faults_checker_self_test() {
     // The checks must be able to fire: jobs run here without any lock (bash with a made-up
     // LOCKRUN_KEY/LOCKRUN_FENCE), breaking each rule once, and the report must say so.
-    let redis = Redis::start();
+    let redis = Server::start();
     let ch = Chaos::new("faults_checker_self_test", &redis);
     ch.key("k", Mode::Exclusive, ms(100));
     ch.key("sem", Mode::Limit(2), ms(100));

@@ -4,7 +4,6 @@
 
 use crate::support::chaos::{Chaos, Job, Mode};
 use crate::support::ha::{Promise, Runs};
-use crate::support::topology::{Cluster, Node};
 use crate::support::*;
 use std::time::Duration;
 
@@ -22,11 +21,11 @@ fn scenario(name: &str, promise: Promise, flags: &[&str], holder: &[i32], rival:
     );
     for _ in 0..Runs::count(1) {
         let cluster = Cluster::start_with_replicas(3, 1);
-        let sockets: Vec<_> = cluster.nodes.iter().map(Node::socket).collect();
+        let sockets: Vec<_> = cluster.nodes.iter().map(|n| n.socket.clone()).collect();
         let ch = Chaos::over(name, &sockets).allowing_overlap();
         let key = ch.key("ak", Mode::Exclusive, TTL);
         let url = format!("redis+cluster://{}", cluster.seeds());
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &url, "-t", TTL_ARG])
             .args(flags)
             .arg(&key)
@@ -42,22 +41,22 @@ fn scenario(name: &str, promise: Promise, flags: &[&str], holder: &[i32], rival:
         let replica = cluster.replica_of(&key);
         ch.fault("the key's primary SIGKILLed right after the acquire");
         owner.signal(libc::SIGKILL);
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &url, "-t", TTL_ARG, "--wait", rival.0])
             .args(flags)
             .arg(&key)
             .arg("--")
             .args(ch.job(&Job::hold(300)));
         let waiter = ch.spawn(cmd, rival.1);
-        replica.wait_until("promoted by the cluster", Node::is_master);
+        replica.wait_until("promoted by the cluster", Server::is_master);
         ch.fault("its replica promoted");
         ch.finish(holder);
         ch.finish(waiter);
         let live: Vec<_> = cluster
             .nodes
             .iter()
-            .filter(|n| n.port != owner.port)
-            .map(Node::socket)
+            .filter(|n| n.port() != owner.port())
+            .map(|n| n.socket.clone())
             .collect();
         runs.add(ch.report_on(&live));
     }

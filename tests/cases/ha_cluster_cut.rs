@@ -15,9 +15,9 @@
 use crate::support::chaos::{Chaos, Job, Mode, Report, Rng};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
+use crate::support::Lockrun;
 use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -147,7 +147,7 @@ impl Cluster {
 
     /// `lockrun -r <cluster> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         self.net.lockrun(ch, host, &[self.url()], args, job)
     }
 }
@@ -186,10 +186,10 @@ struct Cut {
 impl Cut {
     /// The common shape: TTL 6 s, the default grace, the default node timeout, the cut at any
     /// moment and healed at the promotion, a 12 s job that may end either way.
-    fn with(holder: Holder, acks: bool) -> Cut {
+    fn with(holder: Holder) -> Cut {
         Cut {
             holder,
-            acks,
+            acks: false,
             ttl: TTL,
             kill_after: None,
             holder_codes: &[0, 76],
@@ -197,6 +197,14 @@ impl Cut {
             after_renewal: false,
             keep_cut: 0,
             hold: 12_000,
+        }
+    }
+
+    /// [`Cut::with`] and the holder run with `--acks 1`.
+    fn acked(holder: Holder) -> Cut {
+        Cut {
+            acks: true,
+            ..Cut::with(holder)
         }
     }
 }
@@ -308,7 +316,7 @@ fn ha_cluster_cut_primary_holder_everywhere() {
         "ha_cluster_cut_primary_holder_everywhere",
         "key's primary cut off until failover, holder reaches all (TTL 6 s)",
         Promise::AtMost(lost_write_bound(TTL, KILL_AFTER, NODE_TIMEOUT)),
-        &Cut::with(Holder::Everywhere, false),
+        &Cut::with(Holder::Everywhere),
     );
 }
 
@@ -318,7 +326,7 @@ fn ha_cluster_cut_primary_holder_with_primary() {
         "ha_cluster_cut_primary_holder_with_primary",
         "key's primary cut off until failover, holder on its side (TTL 6 s)",
         Promise::AtMost(lost_write_bound(TTL, KILL_AFTER, NODE_TIMEOUT)),
-        &Cut::with(Holder::WithPrimary, false),
+        &Cut::with(Holder::WithPrimary),
     );
 }
 
@@ -328,7 +336,7 @@ fn ha_cluster_cut_primary_holder_everywhere_acks() {
         "ha_cluster_cut_primary_holder_everywhere_acks",
         "key's primary cut off until failover, holder reaches all, `--acks 1` (TTL 6 s)",
         Promise::NoOverlap,
-        &Cut::with(Holder::Everywhere, true),
+        &Cut::acked(Holder::Everywhere),
     );
 }
 
@@ -338,7 +346,7 @@ fn ha_cluster_cut_primary_holder_with_primary_acks() {
         "ha_cluster_cut_primary_holder_with_primary_acks",
         "key's primary cut off until failover, holder on its side, `--acks 1` (TTL 6 s)",
         Promise::NoOverlap,
-        &Cut::with(Holder::WithPrimary, true),
+        &Cut::acked(Holder::WithPrimary),
     );
 }
 
@@ -356,7 +364,7 @@ fn ha_cluster_cut_primary_holder_everywhere_acks_outlasts_rejoin() {
             ttl: 9000,
             kill_after: Some("500ms"),
             holder_codes: &[0],
-            ..Cut::with(Holder::Everywhere, true)
+            ..Cut::acked(Holder::Everywhere)
         },
     );
 }
@@ -419,7 +427,7 @@ fn ha_cluster_cut_primary_holder_with_primary_long_node_timeout() {
             after_renewal: true,
             keep_cut: 6000,
             hold: 24_000,
-            ..Cut::with(Holder::WithPrimary, false)
+            ..Cut::with(Holder::WithPrimary)
         },
     );
 }

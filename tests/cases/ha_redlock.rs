@@ -8,7 +8,6 @@ use crate::support::clockshim::{self, Clock};
 use crate::support::ha::{Promise, Runs};
 use crate::support::*;
 use std::path::PathBuf;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ fn majority_loss_bound() -> Duration {
 
 /// One run's masters, each with its own clock (at offset 0 until a scenario steps it).
 struct Masters {
-    nodes: Vec<Redis>,
+    nodes: Vec<Server>,
     clocks: Vec<Clock>,
 }
 
@@ -38,7 +37,13 @@ impl Masters {
         let clocks: Vec<Clock> = (0..n).map(|_| Clock::new(0)).collect();
         let nodes = clocks
             .iter()
-            .map(|c| Redis::start_with(extra, &c.env()))
+            .map(|c| {
+                Server::with(ServerOptions {
+                    args: extra.iter().map(|a| a.to_string()).collect(),
+                    env: c.env(),
+                    ..ServerOptions::default()
+                })
+            })
             .collect();
         Masters { nodes, clocks }
     }
@@ -139,12 +144,8 @@ fn step_clocks(which: &'static [usize]) -> impl Fn(&Chaos, &mut Masters) + Sync 
 }
 
 /// `lockrun -r <url> -r <url> …`, one `-r` per master.
-fn redlock(nodes: &[Redis]) -> Command {
-    let mut cmd = bare_lockrun();
-    for r in nodes {
-        cmd.arg("-r").arg(r.url());
-    }
-    cmd
+fn redlock(nodes: &[Server]) -> Lockrun {
+    Lockrun::to(&nodes.iter().map(Server::url).collect::<Vec<_>>())
 }
 
 #[test]
@@ -154,7 +155,7 @@ fn ha_redlock_two_stalled_masters_of_3_cost_one_node_timeout_and_one_give_back()
     // stopped masters may have run it: their reply is what is missing). Nothing else: before,
     // the caller cleaned up again after Redlock's own give-back, a third node timeout (3.0 s
     // at the default TTL of 30 s; 1.8 s here).
-    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start()).collect();
+    let nodes: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     kill(nodes[0].pid(), libc::SIGSTOP);
     kill(nodes[1].pid(), libc::SIGSTOP);
     let mut cmd = redlock(&nodes);
@@ -235,7 +236,7 @@ fn ha_redlock_two_masters_restarted_empty_mid_lease() {
 }
 
 /// Whether the server offers `WAITAOF` (Redis 7.2+, Valkey 8+): what `--fsync` needs.
-fn has_waitaof(r: &Redis) -> bool {
+fn has_waitaof(r: &Server) -> bool {
     let info: redis::Value = r.cmd(&["COMMAND", "INFO", "WAITAOF"]);
     !matches!(info, redis::Value::Array(ref v) if v.iter().all(|x| *x == redis::Value::Nil))
 }

@@ -15,8 +15,8 @@ use crate::support::chaos::{Chaos, Job, Mode, Report};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
 
+use crate::support::Lockrun;
 use std::path::PathBuf;
-use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ impl Masters {
 
     /// `lockrun -r redis://m1 -r redis://m2 … <args> -- <job>` on `host`, the job run back in
     /// the test's namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         let urls: Vec<String> = self
             .nodes
             .iter()

@@ -5,7 +5,6 @@
 use crate::support::chaos::{Chaos, Job, Mode};
 use crate::support::clockshim::{self, Clock};
 use crate::support::ha::{Promise, Runs};
-use crate::support::topology::{ReplicaSet, Sentinels};
 use crate::support::*;
 use std::time::Duration;
 
@@ -33,19 +32,23 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
     // replica is a race (the issue saw 1 overlap in 3 runs).
     for _ in 0..Runs::count(3) {
         let clock = Clock::new(AHEAD_MS);
-        let set = ReplicaSet::start_with_replica_env(2, &clock.env());
+        let set = ReplicaSet::with(ReplicaSetOptions {
+            replicas: 2,
+            replica_env: clock.env(),
+            ..ReplicaSetOptions::default()
+        });
         for r in &set.replicas {
             let time = r.cli(&["TIME"]);
             let time: Vec<String> = time.lines().map(str::to_string).collect();
             clockshim::assert_offset(&time, AHEAD_MS);
         }
         let sentinels = Sentinels::start(&set, 3);
-        let sockets: Vec<_> = set.nodes().map(|n| n.socket()).collect();
+        let sockets: Vec<_> = set.nodes().map(|n| n.socket.clone()).collect();
         let ch = Chaos::over(runs_name(), &sockets).allowing_overlap();
         let ttl = Duration::from_millis(TTL_MS as u64);
         let key = ch.key("ck", Mode::Exclusive, ttl);
         let ttl_arg = format!("{TTL_MS}ms");
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &sentinels.url(), "-t", &ttl_arg, "--acks", "1"])
             .arg(&key)
             .arg("--")
@@ -67,7 +70,7 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
                 "PTTL {p} on a replica {AHEAD_MS} ms ahead"
             );
         }
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &sentinels.url(), "-t", &ttl_arg, "--acks", "1"])
             .args(["--wait", "30s"])
             .arg(&key)
@@ -76,9 +79,8 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
         let rival = ch.spawn(cmd, &[0]);
         // Right after a renewal (the key's PTTL on the primary jumps back up): the failover
         // then has until the next one, TTL/3 later, and the key on the replicas ends halfway.
-        let pttl = |m: &crate::support::topology::Node| -> i64 {
-            m.cli(&["PTTL", &key]).parse().unwrap_or(-2)
-        };
+        let pttl =
+            |m: &crate::support::Server| -> i64 { m.cli(&["PTTL", &key]).parse().unwrap_or(-2) };
         let mut last = pttl(&set.master);
         set.master.wait_until("ran the holder's next renewal", |m| {
             let now = pttl(m);
@@ -86,12 +88,12 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
         });
         ch.fault("primary SIGKILLed");
         set.master.signal(libc::SIGKILL);
-        let new = sentinels.failover_away_from(set.master.port);
+        let new = sentinels.failover_away_from(set.master.port());
         ch.fault(&format!("replica {new} promoted"));
         ch.lease_ended(&key);
         ch.finish(holder);
         ch.finish(rival);
-        let live: Vec<_> = set.replicas.iter().map(|n| n.socket()).collect();
+        let live: Vec<_> = set.replicas.iter().map(|n| n.socket.clone()).collect();
         runs.add(ch.report_on(&live));
     }
     runs.finish();

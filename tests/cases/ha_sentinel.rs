@@ -12,9 +12,9 @@
 use crate::support::chaos::{Chaos, Job, Mode, OnTerm, Report, Rng};
 use crate::support::ha::{Promise, Runs};
 use crate::support::netns::{Net, Server};
+use crate::support::Lockrun;
 use crate::support::PATIENCE;
 use std::path::PathBuf;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -124,7 +124,7 @@ impl Set {
 
     /// `lockrun -r <sentinels> <args> -- <job>` on `host`, the job run back in the test's
     /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Command {
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         self.net.lockrun(ch, host, &[self.url()], args, job)
     }
 }

@@ -166,7 +166,7 @@ fn assert_only_the_file(dir: &Path) {
 
 /// Runs `cmd` (a lockrun with --metrics-file already given) to completion; returns its output
 /// and the parsed file, with the common checks done.
-fn run_and_read(cmd: Command, dir: &Path, path: &Path, key: &str) -> (Output, Metrics) {
+fn run_and_read(cmd: Lockrun, dir: &Path, path: &Path, key: &str) -> (Output, Metrics) {
     let before = now();
     let out = run(cmd);
     let after = now();
@@ -179,11 +179,11 @@ fn run_and_read(cmd: Command, dir: &Path, path: &Path, key: &str) -> (Output, Me
 
 #[test]
 fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
     // A key the label must escape: quote, backslash, newline.
     let key = "nightly \"report\" C:\\x\nsecond line";
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     // TTL 1.5 s: a renewal every 500 ms, so a 700 ms job sees one (a shorter TTL lets a stall
     // of a loaded CI machine pass for a lost lease).
     cmd.args(["-t", "1500ms", "--metrics-file"])
@@ -202,7 +202,7 @@ fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
 
     // The next run replaces the file: a higher fence, no renewals for a short job.
     let first_fence = m.get("lockrun_last_run_fence");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--metrics-file")
         .arg(&path)
         .args([key, "--", "true"]);
@@ -215,7 +215,7 @@ fn metrics_ran_with_the_commands_exit_code_renewals_and_fence() {
 
 #[test]
 fn metrics_skipped_when_held_elsewhere_with_e0_by_default_and_after_a_wait() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "busy", "someone-else", "PX", "60000"]);
     let (dir, path) = metrics_dir();
     for (extra, code) in [
@@ -223,7 +223,7 @@ fn metrics_skipped_when_held_elsewhere_with_e0_by_default_and_after_a_wait() {
         (&[][..], 75),
         (&["--wait", "300ms"][..], 75),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(extra)
             .arg("--metrics-file")
             .arg(&path)
@@ -251,13 +251,13 @@ fn metrics_skipped_when_held_elsewhere_with_e0_by_default_and_after_a_wait() {
 
 #[test]
 fn metrics_lost_when_the_key_vanishes_also_with_on_lost_continue() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
     for (extra, job, code) in [
         (&[][..], "sleep 30", 76),
         (&["--on-lost", "continue"][..], "sleep 3; exit 5", 5),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         // -v: the debug line of each confirmed renewal says when one has been counted.
         // TTL 1.5 s: a first renewal must be confirmed before the key is deleted, and at 600 ms
         // a stall of ~400 ms of the loaded test machine (a spawn that took 190 ms, then a late
@@ -289,7 +289,7 @@ fn metrics_lost_when_the_key_vanishes_also_with_on_lost_continue() {
 
 #[test]
 fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
     // Beside the server's files: the metrics directory must hold nothing but the metrics file.
     let ready = redis.dir.path().join("ready");
@@ -306,7 +306,7 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
         ),
     ] {
         let _ = std::fs::remove_file(&ready);
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.arg("--metrics-file")
             .arg(&path)
             .args(["stopped", "--", "sh", "-c", &job])
@@ -328,7 +328,7 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
 
     // Stopped while waiting for a held lock: 128+15, the command never ran.
     redis.cmd::<()>(&["SET", "stopped", "someone-else", "PX", "60000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--wait", "30s", "--metrics-file"])
         .arg(&path)
         .args(["stopped", "--", "echo", "ran"])
@@ -351,9 +351,9 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
 
 #[test]
 fn metrics_a_job_that_kills_itself_ran_nobody_stopped_it() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--metrics-file")
         .arg(&path)
         .args(["selfkill", "--", "sh", "-c", "kill -TERM $$"]);
@@ -365,7 +365,7 @@ fn metrics_a_job_that_kills_itself_ran_nobody_stopped_it() {
 #[test]
 fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
     let (dir, path) = metrics_dir();
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &format!("redis://127.0.0.1:{}", free_port())])
         .arg("--metrics-file")
         .arg(&path)
@@ -377,8 +377,8 @@ fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
     assert_eq!(m.get("lockrun_last_run_held_seconds"), 0.0);
 
     // Not found: the lock was taken (a fence) and given back; the command never ran.
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--metrics-file")
         .arg(&path)
         .args(["missing", "--", "definitely-not-a-command-xyz"]);
@@ -391,7 +391,7 @@ fn metrics_error_when_redis_is_unavailable_or_the_command_is_missing() {
 
 #[test]
 fn metrics_file_that_cannot_be_written_is_a_warning_and_the_exit_code_stays() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     // A directory that does not exist, and a path that is a directory: rename cannot replace it.
     // (Not a read-only directory: the tests may run as root, which writes there anyway.)
@@ -399,7 +399,7 @@ fn metrics_file_that_cannot_be_written_is_a_warning_and_the_exit_code_stays() {
     std::fs::create_dir(&occupied).unwrap();
     std::fs::write(occupied.join("inside"), "x").unwrap();
     for path in [dir.path().join("missing/job.prom"), occupied.clone()] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.arg("--metrics-file")
             .arg(&path)
             .args(["unwritable", "--", "sh", "-c", "exit 3"]);
@@ -426,9 +426,9 @@ fn metrics_file_that_cannot_be_written_is_a_warning_and_the_exit_code_stays() {
 
 #[test]
 fn metrics_file_from_the_environment_relative_to_the_working_directory() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.current_dir(dir.path())
         .env("LOCKRUN_METRICS_FILE", "job.prom")
         .args(["from-env", "--", "true"]);
@@ -441,7 +441,7 @@ fn metrics_file_from_the_environment_relative_to_the_working_directory() {
 fn metrics_no_file_for_a_usage_error_on_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.prom");
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["--ttl", "soon", "--metrics-file"])
         .arg(&path)
         .args(["k", "--", "true"]);
@@ -457,7 +457,7 @@ fn metrics_no_file_for_a_usage_error_on_the_command_line() {
 #[test]
 fn metrics_file_replaces_only_a_regular_file() {
     use std::os::unix::fs::FileTypeExt;
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("fifo.prom");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -478,7 +478,7 @@ fn metrics_file_replaces_only_a_regular_file() {
     std::os::unix::fs::symlink(&fifo, &link_to_fifo).unwrap();
     targets.push((link_to_fifo.clone(), "not a regular file"));
     for (path, what) in &targets {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.arg("--metrics-file")
             .arg(path)
             .args(["special", "--", "sh", "-c", "exit 3"]);
@@ -506,7 +506,7 @@ fn metrics_file_replaces_only_a_regular_file() {
     std::fs::write(&real, "old\n").unwrap();
     let link = dir.path().join("to-real.prom");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--metrics-file")
         .arg(&link)
         .args(["special", "--", "true"]);
@@ -520,12 +520,12 @@ fn metrics_file_replaces_only_a_regular_file() {
 /// alerts of packaging/prometheus/lockrun.rules.yml take the newest of these.
 #[test]
 fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a.prom"), dir.path().join("b.prom"));
     let every = ["-q", "-E", "0", "--every", "1m", "--metrics-file"];
     let before = now();
-    let mut host_a = lockrun(&redis);
+    let mut host_a = Lockrun::on(&redis);
     host_a.args(every).arg(&a).args(["tick", "--", "true"]);
     assert_eq!(run(host_a).status.code(), Some(0));
     let ma = Metrics::parse(&a, "tick");
@@ -536,7 +536,7 @@ fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
     assert!(before - 0.001 <= started && started <= succeeded && succeeded <= now());
 
     // Host b fires the same tick later and skips: it saw a's start (to the second).
-    let mut host_b = lockrun(&redis);
+    let mut host_b = Lockrun::on(&redis);
     host_b.args(every).arg(&b).args(["tick", "--", "true"]);
     assert_eq!(run(host_b).status.code(), Some(0));
     let mb = Metrics::parse(&b, "tick");
@@ -551,7 +551,7 @@ fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
         .contains_key("lockrun_job_last_success_timestamp_seconds"));
 
     // Host a fires again within the hold: it skips, and its file keeps its last success.
-    let mut again = lockrun(&redis);
+    let mut again = Lockrun::on(&redis);
     again.args(every).arg(&a).args(["tick", "--", "true"]);
     assert_eq!(run(again).status.code(), Some(0));
     let ma = Metrics::parse(&a, "tick");
@@ -570,9 +570,9 @@ fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
 /// as with --on-lost continue).
 #[test]
 fn metrics_a_key_gone_at_release_is_lost_everywhere() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let (dir, path) = metrics_dir();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--metrics-file")
         .arg(&path)
         .args(["forced", "--", "sh", "-c", "sleep 1.5; exit 3"])
@@ -580,7 +580,7 @@ fn metrics_a_key_gone_at_release_is_lost_everywhere() {
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut lines = wait_for_line(&mut child, "redis lock acquired");
-    let mut force = bare_lockrun();
+    let mut force = Lockrun::bare();
     force
         .args(["release", "--force", "-r"])
         .arg(redis.url())
@@ -592,7 +592,7 @@ fn metrics_a_key_gone_at_release_is_lost_everywhere() {
     assert!(err.contains("ERROR redis lock lost"), "{err}");
     assert_only_the_file(dir.path());
     Metrics::parse(&path, "forced").assert_outcome("lost");
-    let mut history = bare_lockrun();
+    let mut history = Lockrun::bare();
     history
         .args(["history", "--json", "-r"])
         .arg(redis.url())

@@ -7,8 +7,8 @@ use std::process::{Child, Output, Stdio};
 use std::time::Duration;
 
 /// `lockrun <verb> -r URL args…`, output captured.
-fn verb(redis: &Redis, verb: &str, args: &[&str]) -> Output {
-    let mut cmd = bare_lockrun();
+fn verb(redis: &Server, verb: &str, args: &[&str]) -> Output {
+    let mut cmd = Lockrun::bare();
     cmd.arg(verb).arg("-r").arg(redis.url()).args(args);
     run(cmd)
 }
@@ -31,7 +31,7 @@ struct Held {
 }
 
 impl Held {
-    fn start(redis: &Redis, extra: &[&str], key: &str) -> Held {
+    fn start(redis: &Server, extra: &[&str], key: &str) -> Held {
         // Each holder its own files: a `go` left by an earlier holder would end this job at once.
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -45,7 +45,7 @@ impl Held {
             ready.display(),
             go.display()
         );
-        let mut cmd = lockrun(redis);
+        let mut cmd = Lockrun::on(redis);
         cmd.args(extra)
             .args([key, "--", "sh", "-c", &script])
             .stdout(Stdio::null())
@@ -71,7 +71,7 @@ impl Held {
     }
 }
 
-fn history(redis: &Redis, key: &str) -> Vec<serde_json::Value> {
+fn history(redis: &Server, key: &str) -> Vec<serde_json::Value> {
     let out = verb(redis, "history", &[key, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     json_of(&out).as_array().unwrap().clone()
@@ -86,7 +86,7 @@ fn outcomes(entries: &[serde_json::Value]) -> Vec<String> {
 
 #[test]
 fn status_of_a_held_lock_says_who_since_when_and_the_fence() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let held = Held::start(&redis, &[], "nightly");
     let out = verb(&redis, "status", &["nightly", "--json"]);
     assert_eq!(out.status.code(), Some(0), "held: exit 0");
@@ -123,7 +123,7 @@ fn status_of_a_held_lock_says_who_since_when_and_the_fence() {
 #[test]
 fn status_held_for_counts_from_the_acquisition_not_from_the_wait() {
     // The second holder waits ~3 s in the queue; `held for` must not count that wait.
-    let redis = Redis::start();
+    let redis = Server::start();
     let first = Held::start(&redis, &[], "since");
     let go = first.go.clone();
     let opener = std::thread::spawn(move || {
@@ -148,9 +148,9 @@ fn status_held_for_counts_from_the_acquisition_not_from_the_wait() {
 
 #[test]
 fn status_shows_the_queue_and_semaphore_holders() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let held = Held::start(&redis, &[], "queued");
-    let mut waiter = lockrun(&redis);
+    let mut waiter = Lockrun::on(&redis);
     waiter
         .args(["--wait", "30s", "queued", "true"])
         .stdout(Stdio::null())
@@ -179,14 +179,14 @@ fn status_shows_the_queue_and_semaphore_holders() {
 
 #[test]
 fn status_of_an_unavailable_redis_is_69_and_of_a_foreign_key_64() {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["status", "-r", "redis://127.0.0.1:1", "k"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69));
     let err = stderr_of(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unavailable"), "{err}");
-    let redis = Redis::start();
+    let redis = Server::start();
     let _: i64 = redis.cmd(&["LPUSH", "a-list", "x"]);
     let out = verb(&redis, "status", &["a-list"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
@@ -195,7 +195,7 @@ fn status_of_an_unavailable_redis_is_69_and_of_a_foreign_key_64() {
 
 #[test]
 fn list_finds_lockrun_locks_among_thousands_of_other_keys() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // Thousands of keys that are not lockrun's, some named like locks: list must neither show
     // nor read them (it scans lockrun's own fencing counters).
     let mut conn = redis.conn();
@@ -209,7 +209,7 @@ fn list_finds_lockrun_locks_among_thousands_of_other_keys() {
     let b = Held::start(&redis, &[], "deploy-us");
     let c = Held::start(&redis, &[], "backup");
     let out = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["old-job", "true"]);
         cmd
     });
@@ -252,8 +252,8 @@ fn list_finds_lockrun_locks_among_thousands_of_other_keys() {
         "{text}"
     );
     // SCAN, never KEYS: KEYS blocks the server for the whole keyspace.
-    assert_eq!(redis.command_calls("keys"), 0);
-    assert!(redis.command_calls("scan") > 0);
+    assert_eq!(redis.calls("keys"), 0);
+    assert!(redis.calls("scan") > 0);
     for h in [a, b, c] {
         h.finish();
     }
@@ -261,7 +261,7 @@ fn list_finds_lockrun_locks_among_thousands_of_other_keys() {
 
 #[test]
 fn release_needs_force_and_the_running_holder_then_exits_76() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // TTL 1.5 s: the holder renews every 0.5 s and finds the key gone at the next renewal.
     let held = Held::start(&redis, &["-t", "1500ms"], "stuck");
     let out = verb(&redis, "release", &["stuck"]);
@@ -297,22 +297,22 @@ fn release_needs_force_and_the_running_holder_then_exits_76() {
 
 #[test]
 fn history_records_runs_skips_losses_and_aborts_newest_first() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ok = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["job", "sh", "-c", "exit 3"]);
         cmd
     });
     assert_eq!(ok.status.code(), Some(3));
     let held = Held::start(&redis, &[], "job");
     let skipped = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["-E", "0", "job", "true"]);
         cmd
     });
     assert_eq!(skipped.status.code(), Some(0));
     let timed_out = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["--wait", "300ms", "job", "true"]);
         cmd
     });
@@ -380,18 +380,18 @@ fn history_records_runs_skips_losses_and_aborts_newest_first() {
 /// missing is created with its expiry, so none is ever left without one.
 #[test]
 fn history_expiry_moves_with_the_days_first_lock_and_a_stream_never_lacks_one() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let stream = "lockrun:history:{daily}";
-    let ran = |redis: &Redis| {
+    let ran = |redis: &Server| {
         let out = run({
-            let mut cmd = lockrun(redis);
+            let mut cmd = Lockrun::on(redis);
             cmd.args(["daily", "true"]);
             cmd
         });
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     };
     let forty_days = 40 * 86_400_000_i64;
-    let pttl = |redis: &Redis| redis.cmd::<i64>(&["PTTL", stream]);
+    let pttl = |redis: &Server| redis.cmd::<i64>(&["PTTL", stream]);
     ran(&redis);
     assert!(
         pttl(&redis) > forty_days - 60_000,
@@ -399,10 +399,10 @@ fn history_expiry_moves_with_the_days_first_lock_and_a_stream_never_lacks_one() 
     );
     // Later the same day: appended, the expiry untouched (by the release and by the acquire).
     let _: i64 = redis.cmd(&["PEXPIRE", stream, "100000"]);
-    let before = redis.command_calls("pexpire");
+    let before = redis.calls("pexpire");
     ran(&redis);
     assert!(pttl(&redis) <= 100_000, "moved by a run of the same day");
-    assert_eq!(redis.command_calls("pexpire"), before, "a PEXPIRE per run");
+    assert_eq!(redis.calls("pexpire"), before, "a PEXPIRE per run");
     assert_eq!(redis.cmd::<i64>(&["XLEN", stream]), 2);
     // The previous lock was yesterday (its fence, microseconds of the server clock, says so):
     // this run's acquire moves the expiry.
@@ -427,10 +427,10 @@ fn history_expiry_moves_with_the_days_first_lock_and_a_stream_never_lacks_one() 
 /// the work.)
 #[test]
 fn an_uncontended_run_costs_the_server_nine_commands_inside_two_scripts() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let once = || {
         let out = run({
-            let mut cmd = lockrun(&redis);
+            let mut cmd = Lockrun::on(&redis);
             cmd.args(["cheap", "true"]);
             cmd
         });
@@ -476,10 +476,10 @@ fn an_uncontended_run_costs_the_server_nine_commands_inside_two_scripts() {
 
 #[test]
 fn history_is_capped_and_can_be_turned_off() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for _ in 0..250 {
         let out = run({
-            let mut cmd = lockrun(&redis);
+            let mut cmd = Lockrun::on(&redis);
             cmd.args(["--history", "10", "capped", "true"]);
             cmd
         });
@@ -492,7 +492,7 @@ fn history_is_capped_and_can_be_turned_off() {
     assert_eq!(json_of(&out).as_array().unwrap().len(), 5);
 
     let out = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.env("LOCKRUN_HISTORY", "0").args(["silent", "true"]);
         cmd
     });
@@ -504,7 +504,7 @@ fn history_is_capped_and_can_be_turned_off() {
 
 #[test]
 fn release_force_never_trims_a_long_history_and_is_recorded_even_without_one() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // A key run with --history 300: its 250 entries stay (the forced release adds one).
     for i in 0..250 {
         let _: String = redis.cmd(&[
@@ -537,10 +537,10 @@ fn release_force_never_trims_a_long_history_and_is_recorded_even_without_one() {
 
 #[test]
 fn a_history_key_spoiled_by_hand_never_changes_a_run() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let _: () = redis.cmd(&["SET", "lockrun:history:{spoiled}", "oops"]);
     let out = run({
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["spoiled", "sh", "-c", "exit 4"]);
         cmd
     });
@@ -557,9 +557,9 @@ fn a_history_key_spoiled_by_hand_never_changes_a_run() {
 
 #[test]
 fn a_lock_named_like_a_command_runs_with_run() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for name in ["status", "list", "release", "history", "doctor", "run"] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["run", name, "--", "sh", "-c", "echo \"$LOCKRUN_KEY\""]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr_of(&out));
@@ -567,13 +567,13 @@ fn a_lock_named_like_a_command_runs_with_run() {
         assert!(redis.exists(&format!("lockrun:fence:{{{name}}}")));
     }
     // Options may come before the command word, as in the run form.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &redis.url(), "status", "run", "--json"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     assert_eq!(json_of(&out)["key"], "run");
     // The run form is untouched for any other name, options first or not.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "5s", "statuses", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
 }
@@ -587,7 +587,7 @@ fn command_help_and_usage_errors() {
         (&["history", "k", "-n", "x"][..], 64),
         (&["status", "lockrun:fence:{k}"][..], 64),
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(args);
         let out = run(cmd);
         assert_eq!(
@@ -600,7 +600,7 @@ fn command_help_and_usage_errors() {
             assert_eq!(stderr_of(&out).lines().count(), 1, "{args:?}");
         }
     }
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("--help");
     let help = stdout_of(&run(cmd));
     assert!(
@@ -611,10 +611,14 @@ fn command_help_and_usage_errors() {
 
 #[test]
 fn with_several_masters_each_run_shows_once_and_a_majority_holds() {
-    let servers = [Redis::start(), Redis::start(), Redis::start()];
-    let urls = servers.iter().map(Redis::url).collect::<Vec<_>>().join(",");
+    let servers = [Server::start(), Server::start(), Server::start()];
+    let urls = servers
+        .iter()
+        .map(Server::url)
+        .collect::<Vec<_>>()
+        .join(",");
     let with_urls = |args: &[&str]| {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(&args[..1]).arg("-r").arg(&urls).args(&args[1..]);
         cmd
     };
@@ -650,7 +654,7 @@ fn with_several_masters_each_run_shows_once_and_a_majority_holds() {
 
 #[test]
 fn text_output_keeps_one_line_per_lock_whatever_the_name() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let held = Held::start(&redis, &[], "evil\nname\u{1b}[31m");
     let text = stdout_of(&verb(&redis, "list", &[]));
     assert_eq!(text.lines().count(), 2, "{text:?}");
@@ -669,7 +673,7 @@ fn text_output_keeps_one_line_per_lock_whatever_the_name() {
 /// or with options only a run takes, is refused and says how to run it (issue 24, item 8).
 #[test]
 fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let touch = format!("touch {}", ran.display());
@@ -679,7 +683,7 @@ fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
         &["list", "--every", "1m", "sh", "-c", &touch],
         &["doctor", "-E", "0", "--", "sh", "-c", &touch],
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg("-r").arg(redis.url()).args(line);
         let out = run(cmd);
         let err = stderr_of(&out);
@@ -690,7 +694,7 @@ fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
         assert!(!ran.exists(), "{line:?}");
     }
     // The way it says: runs.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("-r")
         .arg(redis.url())
         .args(["run", "history", "--", "sh", "-c", &touch]);
@@ -704,7 +708,7 @@ fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
 /// server's clock).
 #[test]
 fn fence_counters_expire_and_fences_still_increase() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let fence_of = |out: &Output| -> u64 {
         let err = stderr_of(out);
         let at = err.find("fence=").expect("a fence") + 6;
@@ -715,7 +719,7 @@ fn fence_counters_expire_and_fences_still_increase() {
             .parse()
             .unwrap()
     };
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["deploy-feature-x", "--", "true"]);
     let first = fence_of(&run(cmd));
     let pttl: i64 = redis.cmd(&["PTTL", "lockrun:fence:{deploy-feature-x}"]);
@@ -726,7 +730,7 @@ fn fence_counters_expire_and_fences_still_increase() {
     );
     // Gone (as after 40 days): the next fence is still above the last.
     redis.cmd::<()>(&["DEL", "lockrun:fence:{deploy-feature-x}"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["deploy-feature-x", "--", "true"]);
     assert!(fence_of(&run(cmd)) > first);
 }
@@ -735,7 +739,7 @@ fn fence_counters_expire_and_fences_still_increase() {
 /// list), and a semaphore's `held_for_ms` is null, not whole seconds dressed as milliseconds.
 #[test]
 fn status_and_list_json_agree_on_holders() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let held = Held::start(&redis, &["--limit", "3"], "pool");
     let status = json_of(&verb(&redis, "status", &["--json", "pool"]));
     let list = json_of(&verb(&redis, "list", &["--json"]));

@@ -84,7 +84,7 @@ fn first_child(pid: u32) -> u32 {
 /// and returns how long until `child` exited, with its status and stderr.
 fn stop(
     child: &mut std::process::Child,
-    redis: &Redis,
+    redis: &Server,
     key: &str,
     target: u32,
 ) -> (Duration, Option<i32>, String) {
@@ -102,7 +102,7 @@ fn stop(
 /// The run is recorded as `aborted` with the job's end (137), and the key is released, or, with
 /// `--every` (`hold`), kept only for the rest of the tick's hold: the job did start, and the
 /// tick stays taken, as for a job that ended by itself.
-fn assert_recorded(metrics: &Path, redis: &Redis, key: &str, what: &str, hold: Option<Duration>) {
+fn assert_recorded(metrics: &Path, redis: &Server, key: &str, what: &str, hold: Option<Duration>) {
     let pttl: i64 = redis.cmd(&["PTTL", key]);
     match hold {
         None => assert_eq!(pttl, -2, "{what}: the key was released"),
@@ -111,7 +111,7 @@ fn assert_recorded(metrics: &Path, redis: &Redis, key: &str, what: &str, hold: O
             "{what}: the key kept for the rest of the hold at most: PTTL {pttl}"
         ),
     }
-    let mut history = bare_lockrun();
+    let mut history = Lockrun::bare();
     history
         .args(["history", "--json", "-r"])
         .arg(redis.url())
@@ -134,7 +134,7 @@ fn platform_stops_the_cronjob_within_its_grace() {
     let grace = seconds(yaml_value(&manifest, "terminationGracePeriodSeconds"));
     let kill_after = env_value(&manifest, "LOCKRUN_KILL_AFTER");
     let command: Vec<String> = serde_json::from_str(yaml_value(&manifest, "command")).unwrap();
-    let redis = Redis::start();
+    let redis = Server::start();
     let bin = bin_dir();
     let metrics: PathBuf = bin.path().join("job.prom");
     // The container's command, its image's script replaced by the SIGTERM-ignoring job.
@@ -192,7 +192,7 @@ fn platform_stops_the_deployment_within_its_grace() {
     let grace = seconds(yaml_value(&manifest, "terminationGracePeriodSeconds"));
     let kill_after = env_value(&manifest, "LOCKRUN_KILL_AFTER");
     let key = env_value(&manifest, "LOCKRUN_KEY_NAME");
-    let redis = Redis::start();
+    let redis = Server::start();
     let bin = bin_dir();
     let metrics = bin.path().join("job.prom");
     let tick = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/compose/tick.sh");
@@ -272,7 +272,7 @@ fn platform_stops_the_systemd_unit_within_its_timeout() {
         .map(String::from)
         .collect();
     assert_eq!(exec[0], "/usr/bin/lockrun");
-    let redis = Redis::start();
+    let redis = Server::start();
     let bin = bin_dir();
     let metrics = bin.path().join("job.prom");
     let args: Vec<String> = exec[1..]
@@ -286,7 +286,7 @@ fn platform_stops_the_systemd_unit_within_its_timeout() {
         })
         .collect();
     let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(&args)
         .env("LOCKRUN_REDIS_URL", redis.url())
         .env("LOCKRUN_METRICS_FILE", &metrics)

@@ -2,32 +2,28 @@
 //! Real servers, paused (SIGSTOP) or killed to make nodes fail; every wait is bounded.
 
 use crate::support::*;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn masters(n: usize) -> Vec<Redis> {
-    (0..n).map(|_| Redis::start()).collect()
+fn masters(n: usize) -> Vec<Server> {
+    (0..n).map(|_| Server::start()).collect()
 }
 
 /// `lockrun -r <url> -r <url> …`, one `-r` per master.
-fn redlock(nodes: &[Redis]) -> Command {
-    let mut cmd = bare_lockrun();
-    for r in nodes {
-        cmd.arg("-r").arg(r.url());
-    }
-    cmd
+fn redlock(nodes: &[Server]) -> Lockrun {
+    Lockrun::to(&nodes.iter().map(Server::url).collect::<Vec<_>>())
 }
 
-fn joined(nodes: &[Redis]) -> String {
-    nodes.iter().map(Redis::url).collect::<Vec<_>>().join(",")
+fn joined(nodes: &[Server]) -> String {
+    nodes.iter().map(Server::url).collect::<Vec<_>>().join(",")
 }
 
-fn get(r: &Redis, key: &str) -> Option<String> {
+fn get(r: &Server, key: &str) -> Option<String> {
     r.cmd(&["GET", key])
 }
 
 /// The fencing counter each node keeps for `key`.
-fn counters(nodes: &[Redis], key: &str) -> Vec<u64> {
+fn counters(nodes: &[Server], key: &str) -> Vec<u64> {
     let counter = format!("lockrun:fence:{{{key}}}");
     nodes
         .iter()
@@ -35,7 +31,7 @@ fn counters(nodes: &[Redis], key: &str) -> Vec<u64> {
         .collect()
 }
 
-fn assert_gone_everywhere(nodes: &[Redis], key: &str) {
+fn assert_gone_everywhere(nodes: &[Server], key: &str) {
     for (i, r) in nodes.iter().enumerate() {
         assert!(!r.exists(key), "key {key} left on node {i}");
     }
@@ -47,7 +43,7 @@ fn assert_gone_everywhere(nodes: &[Redis], key: &str) {
 struct Paused(u32);
 
 impl Paused {
-    fn new(r: &Redis) -> Paused {
+    fn new(r: &Server) -> Paused {
         kill(r.pid(), libc::SIGSTOP);
         Paused(r.pid())
     }
@@ -284,7 +280,7 @@ fn two_urls_and_semaphores_are_refused() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
     // One master given twice: three URLs, but a "majority" of two could be that one server.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     for r in [&nodes[0], &nodes[1], &nodes[0]] {
         cmd.arg("-r").arg(r.url());
     }
@@ -325,7 +321,7 @@ fn two_urls_and_semaphores_are_refused() {
 #[test]
 fn a_comma_separated_environment_variable_names_the_masters() {
     let nodes = masters(3);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_REDIS_URL", joined(&nodes))
         .env("LOCKRUN_NODE_TIMEOUT", "150ms")
         .args(["e", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
@@ -390,8 +386,8 @@ fn a_nested_lockrun_of_the_same_key_is_reentrant() {
 
 #[test]
 fn passwords_never_show_and_a_refusing_node_is_named_once() {
-    let nodes: Vec<Redis> = (0..3)
-        .map(|_| Redis::start_with_password("s3cret-Pw"))
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start_with_password("s3cret-Pw"))
         .collect();
     let mut cmd = redlock(&nodes);
     cmd.args(["-vv", "-t", "1500ms", "s", "--", "sleep", "0.7"]);
@@ -402,9 +398,9 @@ fn passwords_never_show_and_a_refusing_node_is_named_once() {
 
     // One node given a wrong password: the majority carries the lock, and the refusing node
     // is named (redacted) once, not on every renewal.
-    let port = |i: usize| nodes[i].port.unwrap();
+    let port = |i: usize| nodes[i].port();
     let wrong = format!("redis://:wr0ng-Pw@127.0.0.1:{}", port(2));
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &nodes[0].url(), "-r", &nodes[1].url(), "-r", &wrong])
         .args(["-t", "1500ms", "s", "--", "sleep", "1.2"]);
     let out = run(cmd);
@@ -423,7 +419,7 @@ fn passwords_never_show_and_a_refusing_node_is_named_once() {
 
     // A majority refusing: exit 69, as with one server, passwords still hidden.
     let wrong = |i: usize| format!("redis://:wr0ng-Pw@127.0.0.1:{}", port(i));
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &nodes[0].url(), "-r", &wrong(1), "-r", &wrong(2)])
         .args(["--wait", "10s", "s", "--", "echo", "ran"]);
     let start = Instant::now();
@@ -462,12 +458,12 @@ fn a_conflict_costs_one_request_per_node() {
     for r in &nodes {
         r.cmd::<()>(&["SET", "c", "someone else", "PX", "60000"]);
     }
-    let before: Vec<u64> = nodes.iter().map(|r| r.command_calls("eval")).collect();
+    let before: Vec<u64> = nodes.iter().map(|r| r.calls("eval")).collect();
     let mut cmd = redlock(&nodes);
     cmd.args(["c", "--", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
-    let after: Vec<u64> = nodes.iter().map(|r| r.command_calls("eval")).collect();
+    let after: Vec<u64> = nodes.iter().map(|r| r.calls("eval")).collect();
     let spent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert_eq!(spent, [1, 1, 1]);
 }
@@ -477,10 +473,12 @@ fn a_refusal_that_costs_the_majority_is_reported_not_hidden_as_a_conflict() {
     // One master held by someone else, one free, one refusing our password: the refusal may be
     // what kept us from a majority, so it is reported (69, a configuration mistake), not a
     // conflict (75), which -q -E 0 would silence.
-    let nodes: Vec<Redis> = (0..3).map(|_| Redis::start_with_password("pw-1")).collect();
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start_with_password("pw-1"))
+        .collect();
     nodes[0].cmd::<()>(&["SET", "r", "someone else", "PX", "60000"]);
-    let wrong = format!("redis://:nope-2@127.0.0.1:{}", nodes[2].port.unwrap());
-    let mut cmd = bare_lockrun();
+    let wrong = format!("redis://:nope-2@127.0.0.1:{}", nodes[2].port());
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &nodes[0].url(), "-r", &nodes[1].url(), "-r", &wrong])
         .args(["-q", "-E", "0", "r", "--", "echo", "ran"]);
     let out = run(cmd);
@@ -490,7 +488,7 @@ fn a_refusal_that_costs_the_majority_is_reported_not_hidden_as_a_conflict() {
     assert!(!nodes[1].exists("r"));
     // With the majority held elsewhere it is a conflict whatever the third master says.
     nodes[1].cmd::<()>(&["SET", "r", "someone else", "PX", "60000"]);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &nodes[0].url(), "-r", &nodes[1].url(), "-r", &wrong])
         .args(["r", "--", "echo", "ran"]);
     let out = run(cmd);
@@ -501,9 +499,9 @@ fn a_refusal_that_costs_the_majority_is_reported_not_hidden_as_a_conflict() {
 fn with_one_server_node_timeout_is_the_request_timeout() {
     // A paused server: by default lockrun gives up after TTL/3 (1 s for 3 s) per request;
     // --node-timeout 100ms replaces that bound.
-    let redis = Redis::start();
+    let redis = Server::start();
     let _paused = Paused::new(&redis);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "3s",
@@ -529,15 +527,15 @@ fn with_one_server_node_timeout_is_the_request_timeout() {
 /// anything is locked; a Sentinel listed twice in one URL likewise.
 #[test]
 fn the_same_server_spelled_differently_is_one_master() {
-    let nodes = [Redis::start_tcp()];
-    let port = nodes[0].port.unwrap();
+    let nodes = [Server::start_tcp()];
+    let port = nodes[0].port();
     let u = format!("redis://127.0.0.1:{port}");
     for list in [
         format!("{u},{u}/,{u}/0"),
         format!("{u},redis://localhost:{port},redis://LOCALHOST:{port}/0"),
         format!("{u},redis://[::1]:{port},redis://127.0.0.1:{port}/1"),
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &list, "k", "--", "echo", "ran"]);
         let out = run(cmd);
         let err = stderr_of(&out);
@@ -549,7 +547,7 @@ fn the_same_server_spelled_differently_is_one_master() {
     }
     // Other databases of one server are other keyspaces, but still one server: refused too
     // (the list above ends with /1). Distinct servers are accepted (the other tests).
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args([
         "-r",
         "redis+sentinel://127.0.0.1:26379,localhost:26379/mymaster",

@@ -1,14 +1,11 @@
 //! `--acks N`: a lock (and each renewal) counts only once N replicas have it, so a failover to
-//! a replica cannot hand the key to a second holder. Real master + replicas (support::topology).
+//! a replica cannot hand the key to a second holder. Real master + replicas (support::replication).
 
-use crate::support::topology::ReplicaSet;
 use crate::support::*;
 use std::process::Stdio;
 
-fn on(set: &ReplicaSet) -> std::process::Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(format!("redis://{}", set.master.addr()));
-    cmd
+fn on(set: &ReplicaSet) -> Lockrun {
+    Lockrun::bare().url(format!("redis://{}", set.master.addr()))
 }
 
 #[test]
@@ -18,7 +15,7 @@ fn acks_from_live_replicas_let_the_job_run_and_the_key_reaches_them() {
     cmd.args(["--acks", "2", "replicated", "sh", "-c"])
         .arg(format!(
             "redis-cli -p {} GET replicated",
-            set.replicas[0].port
+            set.replicas[0].port()
         ));
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -36,12 +33,12 @@ fn acks_cost_no_extra_round_trip() {
     let proxy = crate::support::proxy::Proxy::start(master);
     // A first run on a fresh server also loads the scripts there (EVALSHA answered NOSCRIPT,
     // then EVAL): two more round trips, once per server. Counted from the second run on.
-    let mut warm = bare_lockrun();
+    let mut warm = Lockrun::bare();
     warm.args(["-r", &proxy.url(), "trips", "true"]);
     assert_eq!(run(warm).status.code(), Some(0));
     for acks in ["0", "1"] {
         let before = proxy.round_trips();
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", &proxy.url(), "--acks", acks, "trips", "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -123,8 +120,8 @@ fn renewals_that_no_replica_confirms_stop_the_job_before_its_lease_ends() {
 #[test]
 fn fsync_waits_for_the_append_only_file_or_says_what_is_missing() {
     // Valkey 8 has WAITAOF; with its append-only file on, the lock counts once it is on disk.
-    let valkey = Redis::start_valkey();
-    let mut cmd = lockrun(&valkey);
+    let valkey = Server::start_valkey();
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["--fsync", "no-aof", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
@@ -139,14 +136,14 @@ fn fsync_waits_for_the_append_only_file_or_says_what_is_missing() {
         let info: String = valkey.cmd(&["INFO", "persistence"]);
         info.contains("aof_rewrite_in_progress:0") && info.contains("aof_enabled:1")
     });
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["--fsync", "-t", "3s", "aof", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out), "ran\n");
     // Redis 7.0 has no WAITAOF: a clear refusal, nothing left locked.
-    let redis = Redis::start_redis();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start_redis();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--fsync", "old", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));

@@ -57,10 +57,10 @@ fn read_pid(path: &Path) -> u32 {
 /// the only runtime thread: the command never starts (or, later, is never stopped).
 #[test]
 fn a_full_stderr_pipe_never_stops_supervision() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let pidfile = redis.dir.path().join("job.pid");
     let (read_end, write_end) = full_pipe();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     // -v: every renewal logs a line, so the pipe stays full however long this runs.
     // TTL 2 s: the job is stopped when no renewal is confirmed for about 1.2 s, so a stall of
     // this shared VM between two renewals (every 667 ms) cannot pass for a lost lease; with
@@ -89,7 +89,7 @@ fn a_full_stderr_pipe_never_stops_supervision() {
             String::from_utf8_lossy(&log)
         );
     }
-    let mut rival = lockrun(&redis);
+    let mut rival = Lockrun::on(&redis);
     rival.args(["stalled", "true"]);
     assert_eq!(run(rival).status.code(), Some(75));
     // The lock is taken away: the job must be stopped at once, with nobody reading stderr.
@@ -158,9 +158,9 @@ fn fork_staller(dir: &Path, ms: u32) -> std::path::PathBuf {
 /// Case 2: a lease that expired between the acquire reply and exec must not start the command.
 #[test]
 fn the_command_never_starts_on_a_lease_that_already_expired() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let marker = redis.dir.path().join("started");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LD_PRELOAD", fork_staller(redis.dir.path(), 400))
         .args(["-t", "200ms", "expired", "--", "touch"])
         .arg(&marker);
@@ -171,7 +171,7 @@ fn the_command_never_starts_on_a_lease_that_already_expired() {
     assert!(!redis.exists("expired"));
 
     // With --wait, lockrun tries again (and here stalls again, until the wait is over).
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LD_PRELOAD", fork_staller(redis.dir.path(), 400))
         .args(["-t", "200ms", "--wait", "1s", "expired", "--", "touch"])
         .arg(&marker);
@@ -181,7 +181,7 @@ fn the_command_never_starts_on_a_lease_that_already_expired() {
     assert!(stderr_of(&out).matches("lease expired before").count() >= 2);
 
     // A stall shorter than the lease changes nothing.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LD_PRELOAD", fork_staller(redis.dir.path(), 20))
         .args(["-t", "2s", "expired", "--", "touch"])
         .arg(&marker);
@@ -193,9 +193,9 @@ fn the_command_never_starts_on_a_lease_that_already_expired() {
 /// persistence, failover to a lagging replica, restored snapshot; FLUSHALL stands in for all).
 #[test]
 fn fences_never_go_backwards_after_the_server_lost_its_data() {
-    let redis = Redis::start();
-    let fence = |redis: &Redis| {
-        let mut cmd = lockrun(redis);
+    let redis = Server::start();
+    let fence = |redis: &Server| {
+        let mut cmd = Lockrun::on(redis);
         cmd.args(["fenced-restart", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -216,11 +216,11 @@ fn fences_never_go_backwards_after_the_server_lost_its_data() {
 /// 1 s (grace 333 ms) a slow day here let SIGKILL come first, and the test had no end time.
 #[test]
 fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = redis.dir.path();
     let (job_end, next_start) = (dir.join("job.end"), dir.join("next.start"));
     let ready = dir.join("ready");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "2s", "slow-exit", "--", "bash", "-c"])
         .arg(format!(
             "trap 'sleep 0.3; date +%s%N > {}; exit 0' TERM; touch {}; sleep 30 & wait",
@@ -243,7 +243,7 @@ fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
         .arg(&["KILL", "TYPE", "normal"][..])
         .query::<i64>(&mut c)
         .unwrap();
-    let mut next = bare_lockrun();
+    let mut next = Lockrun::bare();
     next.arg("-r")
         .arg(format!("unix://{}", moved.display()))
         .args(["--wait", "20s", "slow-exit", "--", "sh", "-c"])
@@ -283,9 +283,9 @@ fn with_blocked(cmd: &mut Command, signals: &'static [i32]) {
 
 #[test]
 fn signals_blocked_at_start_are_still_handled_and_the_mask_goes_back_to_the_command() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // SIGCHLD blocked: the end of the command must still be noticed.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     // grep itself, not `sh -c`: dash clears its signal mask when it starts.
     cmd.args([
         "-t",
@@ -311,7 +311,7 @@ fn signals_blocked_at_start_are_still_handled_and_the_mask_goes_back_to_the_comm
 
     // SIGTERM blocked: a SIGTERM to lockrun must still reach the job.
     let ready = redis.dir.path().join("ready");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["masked", "--", "sh", "-c"]).arg(format!(
         "trap 'exit 7' TERM; touch '{}'; while :; do sleep 0.05; done",
         ready.display()
@@ -332,11 +332,11 @@ fn signals_blocked_at_start_are_still_handled_and_the_mask_goes_back_to_the_comm
 /// counter names are spoiled, so this fails on the old code and exercises the new one.
 #[test]
 fn a_failing_acquire_leaves_no_orphan_lock() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for counter in ["{spoiled}:fence", "lockrun:fence:{spoiled}"] {
         redis.cmd::<()>(&["SET", counter, "not-a-number"]);
     }
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "1h", "spoiled", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
@@ -354,9 +354,9 @@ fn a_failing_acquire_leaves_no_orphan_lock() {
 /// Case 7: lock names cannot reach lockrun's own keys.
 #[test]
 fn lock_names_never_collide_with_lockruns_own_keys() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let fence_of = |key: &str| {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args([key, "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{key}: {}", stderr_of(&out));
@@ -364,7 +364,7 @@ fn lock_names_never_collide_with_lockruns_own_keys() {
     };
     let first = fence_of("a");
     // A lock named like the old helper keys of lock `a`, held while `a` is used.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["{a}:fence", "--", "sleep", "1"]);
     let mut other = cmd.stderr(Stdio::piped()).spawn().unwrap();
     wait_for_line(&mut other, "redis lock acquired");
@@ -379,7 +379,7 @@ fn lock_names_never_collide_with_lockruns_own_keys() {
 
     // Names in lockrun's own namespace are refused before anything is touched.
     for key in ["lockrun:fence:{a}", "lockrun:x"] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args([key, "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64), "{key}");
@@ -395,9 +395,9 @@ fn lock_names_never_collide_with_lockruns_own_keys() {
 /// lockrun adopts orphans and must reap them.
 #[test]
 fn an_inherited_subreaper_flag_means_orphans_are_reaped() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ready = redis.dir.path().join("orphans.ready");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["inherited-reaper", "--", "sh", "-c"])
         .arg(format!(
             "for i in 1 2 3 4 5 6 7 8 9 10; do sh -c 'sleep 0.05 &'; done; touch '{}'; sleep 3",

@@ -6,15 +6,15 @@ use crate::support::*;
 use std::time::{Duration, Instant};
 
 /// PTTL of `key` in ms (-2: no key).
-fn pttl(redis: &Redis, key: &str) -> i64 {
+fn pttl(redis: &Server, key: &str) -> i64 {
     redis.cmd(&["PTTL", key])
 }
 
 #[test]
 fn every_keeps_the_tick_from_later_hosts_and_frees_it_for_the_next() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // --every 3s: the hold is 3s less a second (the margin is a tenth, at least 1 s): 2 s.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-q", "-E", "0", "--every", "3s", "tick", "--", "true"]);
     let t0 = Instant::now();
     let out = run(cmd);
@@ -26,7 +26,7 @@ fn every_keeps_the_tick_from_later_hosts_and_frees_it_for_the_next() {
         "kept for the rest of the 2 s hold: {left}"
     );
     // A host firing the same tick a little later skips it, silently with -q -E 0.
-    let mut later = lockrun(&redis);
+    let mut later = Lockrun::on(&redis);
     later.args([
         "-q",
         "-E",
@@ -48,14 +48,14 @@ fn every_keeps_the_tick_from_later_hosts_and_frees_it_for_the_next() {
         t0.elapsed() < Duration::from_secs(3),
         "free before the next tick"
     );
-    let mut next = lockrun(&redis);
+    let mut next = Lockrun::on(&redis);
     next.args([
         "-q", "-E", "0", "--every", "3s", "tick", "--", "echo", "next",
     ]);
     assert_eq!(stdout_of(&run(next)), "next\n");
 
     // The period is in the run's history entry.
-    let mut history = lockrun(&redis);
+    let mut history = Lockrun::on(&redis);
     history.args(["history", "--json", "tick"]);
     let out = run(history);
     let runs: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
@@ -71,8 +71,8 @@ fn every_keeps_the_tick_from_later_hosts_and_frees_it_for_the_next() {
 
 #[test]
 fn a_job_longer_than_the_hold_is_released_when_it_ends() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--every", "2s", "long", "--", "sleep", "1.3"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -83,7 +83,7 @@ fn a_job_longer_than_the_hold_is_released_when_it_ends() {
 /// host that fires later: the key goes at once, whatever the hold (issue 23, and 25 item 5).
 #[test]
 fn a_command_that_could_not_start_gives_the_tick_back() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let not_executable = dir.path().join("report.sh");
     std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
@@ -92,7 +92,7 @@ fn a_command_that_could_not_start_gives_the_tick_back() {
         (["--every", "1m"], "/nonexistent/report.sh", 127),
         (["--every", "1m"], not_executable.to_str().unwrap(), 126),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(hold).args(["broken-host", "--", command]);
         let out = run(cmd);
         assert_eq!(
@@ -106,7 +106,7 @@ fn a_command_that_could_not_start_gives_the_tick_back() {
             "{hold:?} {command}: the tick was given back (PTTL {})",
             pttl(&redis, "broken-host")
         );
-        let mut healthy = lockrun(&redis);
+        let mut healthy = Lockrun::on(&redis);
         healthy
             .args(hold)
             .args(["broken-host", "--", "echo", "ran"]);
@@ -118,7 +118,7 @@ fn a_command_that_could_not_start_gives_the_tick_back() {
 
 #[test]
 fn every_refuses_a_wait_and_a_hold_that_reaches_the_next_tick() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for (args, says) in [
         (&["--every", "1m", "--wait", "10s"][..], "--wait"),
         (
@@ -127,7 +127,7 @@ fn every_refuses_a_wait_and_a_hold_that_reaches_the_next_tick() {
         ),
         (&["--every", "1s"][..], "between 2s and 366d"),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(args).args(["refused", "--", "echo", "ran"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr_of(&out));
@@ -140,7 +140,7 @@ fn every_refuses_a_wait_and_a_hold_that_reaches_the_next_tick() {
         assert!(!redis.exists("refused"));
     }
     // From the environment too, the variable named.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_EVERY", "soon")
         .args(["refused", "--", "true"]);
     let out = run(cmd);

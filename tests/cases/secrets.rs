@@ -16,8 +16,8 @@ const MODES: [&[&str]; 6] = [
 ];
 
 /// `lockrun <mode> <args>`: the mode flags go first so `args` can end with the command.
-fn lockrun_with(mode: &[&str], args: &[&str]) -> Command {
-    let mut cmd = bare_lockrun();
+fn lockrun_with(mode: &[&str], args: &[&str]) -> Lockrun {
+    let mut cmd = Lockrun::bare();
     cmd.args(mode).args(args);
     cmd
 }
@@ -34,7 +34,7 @@ fn assert_never_printed(out: &Output, secrets: &[&str], what: &str) {
     assert!(!err.contains("panicked"), "{what}: {err}");
 }
 
-fn unix_url(redis: &Redis) -> String {
+fn unix_url(redis: &Server) -> String {
     format!("unix://{}", redis.socket.display())
 }
 
@@ -60,7 +60,7 @@ fn a_password_in_the_url_query_is_never_printed() {
 
     // A real server that wants a password, given the wrong one in every query spelling redis-rs
     // reads (and `password=`, which it does not, but which is just as secret), plus a user name.
-    let redis = Redis::start_with_password("right-Pw-7");
+    let redis = Server::start_with_password("right-Pw-7");
     let sock = redis.socket.display().to_string();
     for url in [
         format!("redis+unix://{sock}?pass=Wr0ngPass%21word"),
@@ -89,8 +89,8 @@ fn a_password_in_the_url_query_is_never_printed() {
 fn an_unencoded_at_or_slash_in_the_password_is_refused_without_echoing_it() {
     // The server's password really is `Qx@Zy:w/Vb%41`: written into the URL unencoded, no
     // parser can tell where it ends.
-    let redis = Redis::start_with_password("Qx@Zy:w/Vb%41");
-    let port = redis.port.unwrap();
+    let redis = Server::start_with_password("Qx@Zy:w/Vb%41");
+    let port = redis.port();
     let fragments = ["Qx", "Zy", "Vb", "%41"];
     for url in [
         format!("redis://:Qx@Zy:w/Vb%41@127.0.0.1:{port}"),
@@ -137,8 +137,8 @@ fn an_unencoded_at_or_slash_in_the_password_is_refused_without_echoing_it() {
 
 #[test]
 fn password_from_environment_or_file_authenticates_and_is_never_printed() {
-    let redis = Redis::start_with_password("env-Secret-99");
-    let port = redis.port.unwrap();
+    let redis = Server::start_with_password("env-Secret-99");
+    let port = redis.port();
     let dir = redis.dir.path();
     let file = dir.join("redis.pw");
     std::fs::write(&file, "env-Secret-99\n").unwrap();
@@ -151,7 +151,7 @@ fn password_from_environment_or_file_authenticates_and_is_never_printed() {
         format!("redis://:stale-url-pw@127.0.0.1:{port}"),
         format!("redis+unix://{}?pass=stale-url-pw", redis.socket.display()),
     ] {
-        let ok = |mut cmd: Command, what: &str| {
+        let ok = |mut cmd: Lockrun, what: &str| {
             cmd.args(["-r", &url, "-vv", "k", "--", "true"]);
             let out = run(cmd);
             let what = format!("{url} {what}");
@@ -159,20 +159,20 @@ fn password_from_environment_or_file_authenticates_and_is_never_printed() {
             assert_never_printed(&out, &["env-Secret-99", "stale-url-pw"], &what);
             assert!(!redis.exists("k"), "{what}: released");
         };
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.env("LOCKRUN_REDIS_PASSWORD", "env-Secret-99");
         ok(cmd, "LOCKRUN_REDIS_PASSWORD");
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["--redis-password-file", file]);
         ok(cmd, "--redis-password-file");
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.env("LOCKRUN_REDIS_PASSWORD_FILE", file);
         ok(cmd, "LOCKRUN_REDIS_PASSWORD_FILE");
     }
 
     // Only one trailing newline is stripped: a password that ends in a newline keeps the rest.
     std::fs::write(dir.join("two-newlines"), "env-Secret-99\n\n").unwrap();
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("--redis-password-file")
         .arg(dir.join("two-newlines"))
         .args(["-r", &unix_url(&redis), "k", "true"]);
@@ -245,21 +245,21 @@ fn a_bad_password_file_is_a_usage_error_that_names_the_file_only() {
 }
 
 /// An ACL user that may do what lockrun does (scripts on any key, publish the release hint).
-fn add_acl_user(redis: &Redis, user: &str, password: &str) {
+fn add_acl_user(redis: &Server, user: &str, password: &str) {
     let pw = format!(">{password}");
     let _: String = redis.cmd(&["ACL", "SETUSER", user, "on", &pw, "~*", "&*", "+@all"]);
 }
 
 #[test]
 fn an_acl_user_from_environment_or_flag_authenticates() {
-    let redis = Redis::start_with_password("default-Pw-1");
+    let redis = Server::start_with_password("default-Pw-1");
     add_acl_user(&redis, "lockrun-acl", "acl-User-Pw");
     let dir = redis.dir.path();
     std::fs::write(dir.join("acl.pw"), "acl-User-Pw\n").unwrap();
     let url = unix_url(&redis);
-    let port = redis.port.unwrap();
+    let port = redis.port();
 
-    let check = |mut cmd: Command, code: i32, what: &str| {
+    let check = |mut cmd: Lockrun, code: i32, what: &str| {
         cmd.args(["-vv", "k", "--", "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(code), "{what}: {}", stderr_of(&out));
@@ -296,7 +296,7 @@ fn an_acl_user_from_environment_or_flag_authenticates() {
 
 #[test]
 fn help_describes_the_password_options_without_showing_their_values() {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("--help")
         .env("LOCKRUN_REDIS_PASSWORD", "help-Env-Pw")
         .env("LOCKRUN_REDIS_USER", "help-User")
@@ -328,7 +328,7 @@ fn help_describes_the_password_options_without_showing_their_values() {
 /// (`--redis-password-file <(vault read …)`) still works.
 #[test]
 fn a_password_pipe_without_a_writer_is_refused_at_once() {
-    let redis = Redis::start_with_password("Pipe-Secret-7");
+    let redis = Server::start_with_password("Pipe-Secret-7");
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("pw.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -362,7 +362,7 @@ fn a_password_pipe_without_a_writer_is_refused_at_once() {
 /// newline, as the password file does.
 #[test]
 fn a_password_variable_loses_one_trailing_newline() {
-    let redis = Redis::start_with_password("Env-Secret-8");
+    let redis = Server::start_with_password("Env-Secret-8");
     let mut cmd = lockrun_with(&[], &["-r", &unix_url(&redis), "k", "--", "true"]);
     cmd.env("LOCKRUN_REDIS_PASSWORD", "Env-Secret-8\n");
     let out = run(cmd);

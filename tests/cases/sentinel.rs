@@ -1,17 +1,14 @@
 //! Sentinel: `redis+sentinel://host1:port1,…/<service>` finds the master through the Sentinels,
 //! follows a failover, and never silently re-acquires a lock the failover lost. Real master,
-//! replicas and Sentinels on loopback (support::topology).
+//! replicas and Sentinels on loopback (support::sentinel).
 
 use crate::support::proxy::{Fault, Proxy};
-use crate::support::topology::{wait_for_go, Job, ReplicaSet, Sentinels, MASTER_NAME};
 use crate::support::*;
 use std::process::Command;
 
 /// `lockrun -r <url>` with a clean environment.
-fn via(url: &str) -> Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(url);
-    cmd
+fn via(url: &str) -> Lockrun {
+    Lockrun::bare().url(url)
 }
 
 fn redis_cli(port: u16) -> Vec<String> {
@@ -26,7 +23,7 @@ fn sentinel_url_finds_the_master_and_the_lock_lives_there_while_the_job_runs() {
     let sentinels = Sentinels::start(&set, 3);
     let mut cmd = via(&sentinels.url());
     cmd.args(["sentinel-job", "--"])
-        .args(redis_cli(set.master.port))
+        .args(redis_cli(set.master.port()))
         .args(["GET", "sentinel-job"]);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -76,7 +73,7 @@ fn sentinel_a_dead_sentinel_first_in_the_list_is_skipped() {
     );
     let mut cmd = via(&url);
     cmd.args(["skip-dead", "--"])
-        .args(redis_cli(set.master.port))
+        .args(redis_cli(set.master.port()))
         .args(["EXISTS", "skip-dead"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -122,7 +119,7 @@ fn sentinel_failover_with_acks_keeps_the_lock_on_the_new_master_and_the_job_fini
             r = ready.display(),
             w = wait_for_go(&go)
         ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     let value = set.master.cli(&["GET", "survives"]);
     assert!(value.contains("host="), "{value:?}");
@@ -132,7 +129,7 @@ fn sentinel_failover_with_acks_keeps_the_lock_on_the_new_master_and_the_job_fini
 
     let old_scripts = set.master.script_calls();
     let new_port = sentinels.failover();
-    assert_ne!(new_port, set.master.port);
+    assert_ne!(new_port, set.master.port());
     let new = set.node(new_port);
     // A renewal ran on the new master (a replica runs no scripts of its own before), and the
     // key there is still this holder's.
@@ -163,7 +160,7 @@ fn explain_failover(set: &ReplicaSet, sentinels: &Sentinels, old_scripts_before:
     let mut text = format!(
         "the Sentinels name {} the master; old master {} ran {} scripts since the failover",
         sentinels.master_port(),
-        set.master.port,
+        set.master.port(),
         set.master.script_calls() - old_scripts_before
     );
     for n in set.nodes() {
@@ -173,7 +170,7 @@ fn explain_failover(set: &ReplicaSet, sentinels: &Sentinels, old_scripts_before:
             .unwrap_or_default();
         text.push_str(&format!(
             "\n  node {}: role {role}, {} scripts, {} keys {:?}",
-            n.port,
+            n.port(),
             n.script_calls(),
             n.keys().len(),
             n.keys()
@@ -210,16 +207,16 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
         ready.display(),
         wait_for_go(&go)
     ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     let value = set.master.cli(&["GET", "crash"]);
     set.wait_replicated("crash");
 
     set.master.signal(libc::SIGKILL);
-    let mut new_port = set.master.port;
+    let mut new_port = set.master.port();
     job.until("the Sentinels promoted a replica", || {
         new_port = sentinels.master_port();
-        new_port != set.master.port
+        new_port != set.master.port()
     });
     let new = set.node(new_port);
     let epoch = sentinels.config_epoch();
@@ -266,14 +263,14 @@ fn sentinel_failover_to_a_replica_that_lost_the_key_ends_the_job_with_76() {
             r = ready.display(),
             f = finished.display()
         ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     set.wait_replicated("lost");
     let replica = &set.replicas[0];
     replica.lose_key("lost");
 
     let new_port = sentinels.failover();
-    assert_eq!(new_port, replica.port);
+    assert_eq!(new_port, replica.port());
     let (code, _, err) = job.finish();
     assert_eq!(code, Some(76), "the lock was lost: {err}");
     assert!(err.contains("redis lock lost"), "{err}");
@@ -306,7 +303,7 @@ fn sentinel_failover_never_lets_a_second_holder_in_while_the_first_job_runs() {
             ready.display(),
             wait_for_go(&go)
         ));
-    let mut first = Job::spawn(cmd, dir.path(), "first");
+    let mut first = cmd.background(dir.path(), "first");
     first.until("the first job started", || ready.exists());
     set.wait_replicated("one-holder");
     let old_scripts = set.master.script_calls();
@@ -334,7 +331,7 @@ fn sentinel_failover_never_lets_a_second_holder_in_while_the_first_job_runs() {
 fn sentinel_after_a_failover_a_new_lockrun_locks_on_the_new_master() {
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
-    let old = set.master.port;
+    let old = set.master.port();
     let new = sentinels.failover();
     let mut cmd = via(&sentinels.url());
     cmd.args(["after", "sh", "-c"]).arg(format!(
@@ -368,7 +365,7 @@ fn sentinel_passwords_data_nodes_in_the_url_sentinels_apart_and_never_printed() 
     let check_job = |cmd: &mut Command, key: &str| {
         cmd.env("REDISCLI_AUTH", DATA_PW)
             .args(["-v", key, "--"])
-            .args(redis_cli(set.master.port))
+            .args(redis_cli(set.master.port()))
             .args(["EXISTS", key]);
     };
 
@@ -441,7 +438,12 @@ fn sentinel_over_tls_rediss_sentinel_url_with_the_test_ca() {
         .arg(&ca)
         .args(["tls-sentinel", "--", "redis-cli"])
         .args(set.master.tls_args())
-        .args(["-p", &set.master.port.to_string(), "EXISTS", "tls-sentinel"]);
+        .args([
+            "-p",
+            &set.master.port().to_string(),
+            "EXISTS",
+            "tls-sentinel",
+        ]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(stdout_of(&out).trim(), "1", "{}", stderr_of(&out));
@@ -466,7 +468,7 @@ fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_fir
         .nodes
         .iter()
         .map(|n| {
-            let p = Proxy::start(format!("127.0.0.1:{}", n.port).parse().unwrap());
+            let p = Proxy::start(format!("127.0.0.1:{}", n.port()).parse().unwrap());
             p.set(Fault::DelayReplies(std::time::Duration::from_millis(150)));
             p
         })
@@ -524,9 +526,9 @@ fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_prima
         r = ready.display(),
         w = wait_for_go(&go)
     ));
-    let mut holder = Job::spawn(cmd, d, "holder");
+    let mut holder = cmd.background(d, "holder");
     holder.until("the job started", || ready.exists());
-    let old = set.master.port;
+    let old = set.master.port();
     set.wait_replicated("s-key");
     let new_port = sentinels.failover();
     assert_ne!(new_port, old);
@@ -540,7 +542,7 @@ fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_prima
         .arg(format!(
             "echo \"fence=$LOCKRUN_FENCE\"; redis-cli -p {new_port} GET s-key"
         ));
-    let waiter = Job::spawn(cmd, d, "waiter");
+    let waiter = cmd.background(d, "waiter");
     eventually("the waiter queued", || waiter.stderr().contains("waiting"));
 
     std::fs::write(&go, "").unwrap();
@@ -594,9 +596,9 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
         r = ready.display(),
         w = wait_for_go(&go)
     ));
-    let mut holder = Job::spawn(cmd, d, "holder");
+    let mut holder = cmd.background(d, "holder");
     holder.until("the job started", || ready.exists());
-    let old = set.master.port;
+    let old = set.master.port();
 
     let mut cmd = via(&sentinels.url());
     cmd.args(["-t", "10s", "--wait", "40s", "w-key", "sh", "-c"])
@@ -605,7 +607,7 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
             run = running.display(),
             ran = ran.display()
         ));
-    let waiter = Job::spawn(cmd, d, "waiter");
+    let waiter = cmd.background(d, "waiter");
     eventually("the waiter queued", || waiter.stderr().contains("waiting"));
     set.wait_replicated("w-key");
     let new_port = sentinels.failover();
@@ -693,12 +695,12 @@ fn frozen_primary_run(run: usize) -> Option<String> {
             ready.display(),
             wait_for_go(&go)
         ));
-    let mut job = Job::spawn(cmd, dir.path(), "lockrun");
+    let mut job = cmd.background(dir.path(), "lockrun");
     job.until("the job started", || ready.exists());
     let acquired = Instant::now();
     let value = set.master.cli(&["GET", "frozen"]);
     set.wait_replicated("frozen");
-    let old = set.master.port;
+    let old = set.master.port();
 
     // Frozen about a second before the first renewal, which is then sent to it and waits;
     // the failover is forced once it does (the Sentinels would also start one by themselves,
@@ -744,7 +746,7 @@ fn sentinel_a_run_keeps_one_connection_per_sentinel_however_often_it_asks() {
     // connection (TCP, TLS, AUTH) to every sentinel per question.
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
-    let received = |s: &crate::support::topology::Node| -> u64 {
+    let received = |s: &crate::support::Server| -> u64 {
         s.cli(&["INFO", "stats"])
             .lines()
             .find_map(|l| l.trim().strip_prefix("total_connections_received:"))

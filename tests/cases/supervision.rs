@@ -1,6 +1,7 @@
 //! Supervision: signals, process groups, parent death, reaping, terminals.
 
 use crate::support::*;
+use nix::sys::termios::LocalFlags;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -21,7 +22,7 @@ fn trapping(sig: &str, log: &Path, ready: &Path) -> String {
 
 #[test]
 fn forwards_term_int_hup_quit_usr1_usr2() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for (name, signo) in [
         ("TERM", libc::SIGTERM),
         ("INT", libc::SIGINT),
@@ -32,7 +33,7 @@ fn forwards_term_int_hup_quit_usr1_usr2() {
     ] {
         let log = redis.dir.path().join(format!("{name}.log"));
         let ready = redis.dir.path().join(format!("{name}.ready"));
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["fwd", "--", "sh", "-c"])
             .arg(trapping(name, &log, &ready));
         let mut child = cmd
@@ -55,7 +56,7 @@ fn forwards_term_int_hup_quit_usr1_usr2() {
 
 #[test]
 fn signals_reach_grandchildren_through_the_process_group() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("gc.log");
     let ready = redis.dir.path().join("gc.ready");
     let inner = format!(
@@ -63,7 +64,7 @@ fn signals_reach_grandchildren_through_the_process_group() {
         log.display(),
         ready.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["grp", "--", "sh", "-c"])
         .arg(format!("sh -c \"{}\" & wait", inner.replace('"', "\\\"")));
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
@@ -78,7 +79,7 @@ fn a_forwarded_sigterm_is_not_sent_again_to_the_group_when_the_command_exits() {
     // The command (sh) handles the forwarded SIGTERM and exits 0.3 s later; its child handles
     // the same SIGTERM and goes on for ~1 s. When the command exits, lockrun sweeps the group
     // it leaves behind: that child must not get a second SIGTERM, the job already has it.
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("once.log");
     let ready = redis.dir.path().join("once.ready");
     let inner = format!(
@@ -86,7 +87,7 @@ fn a_forwarded_sigterm_is_not_sent_again_to_the_group_when_the_command_exits() {
         log.display(),
         ready.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--kill-after", "10s", "once", "--", "sh", "-c"])
         .arg(format!(
             "trap 'sleep 0.3; exit 0' TERM; sh -c \"{}\" & wait",
@@ -102,7 +103,7 @@ fn a_forwarded_sigterm_is_not_sent_again_to_the_group_when_the_command_exits() {
 
 #[test]
 fn no_group_signals_only_the_direct_child() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("ng.log");
     let ready = redis.dir.path().join("ng.ready");
     // The grandchild would record a TERM if it got one; with --no-group only `sh` is signalled.
@@ -111,7 +112,7 @@ fn no_group_signals_only_the_direct_child() {
         log = log.display(),
         ready = ready.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--no-group", "ng", "--", "sh", "-c"]).arg(script);
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
     wait_for_file_of(&mut child, &ready);
@@ -123,7 +124,7 @@ fn no_group_signals_only_the_direct_child() {
 
 #[test]
 fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("bg.log");
     // The direct child exits at once; its background grandchild ignores the SIGTERM lockrun then
     // sends and works for ~3.6 s more (three TTLs). The lock must stay held, and renewed, until
@@ -136,7 +137,7 @@ fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
         log = log.display(),
         ready = ready.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "1200ms",
@@ -182,13 +183,13 @@ fn lock_is_held_until_a_backgrounded_grandchild_is_gone() {
 
 #[test]
 fn leftover_group_members_are_killed_after_kill_after() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ready = redis.dir.path().join("stubborn.ready");
     let script = format!(
         "(trap '' TERM; touch '{r}'; while :; do sleep 0.1; done) & while [ ! -e '{r}' ]; do sleep 0.01; done; exit 0",
         r = ready.display()
     );
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--kill-after", "500ms", "stubborn", "--", "sh", "-c"])
         .arg(script);
     let out = run(cmd);
@@ -199,9 +200,9 @@ fn leftover_group_members_are_killed_after_kill_after() {
 
 #[test]
 fn lock_loss_sigkills_a_command_that_ignores_sigterm_and_exits_76() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ready = redis.dir.path().join("ign.ready");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     // TTL 1.5 s, not less: the acquire must answer within TTL/3, which a loaded CI machine can
     // miss with a shorter one.
     cmd.args([
@@ -233,10 +234,10 @@ fn lock_loss_sigkills_a_command_that_ignores_sigterm_and_exits_76() {
 
 #[test]
 fn sigkill_of_lockrun_sends_the_command_its_parent_death_signal() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let log = redis.dir.path().join("pd.log");
     let ready = redis.dir.path().join("pd.ready");
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["pdeath", "--", "sh", "-c"]).arg(format!(
         "trap 'echo got-TERM > \"{}\"; exit 0' TERM; touch '{}'; while :; do sleep 0.05; done",
         log.display(),
@@ -251,7 +252,7 @@ fn sigkill_of_lockrun_sends_the_command_its_parent_death_signal() {
 
 #[test]
 fn a_signal_during_wait_aborts_and_the_command_never_starts() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "waited", "other-holder", "PX", "60000"]);
     for (signo, code) in [
         (libc::SIGINT, 130),
@@ -260,7 +261,7 @@ fn a_signal_during_wait_aborts_and_the_command_never_starts() {
         (libc::SIGQUIT, 131),
     ] {
         let marker = redis.dir.path().join(format!("started-{signo}"));
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["--wait", "60s", "waited", "touch"]).arg(&marker);
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
         wait_for_line(&mut child, "waiting");
@@ -303,7 +304,7 @@ fn child_pids(parent: u32) -> Vec<u32> {
 fn signals_ignored_on_entry_stay_ignored_for_the_command() {
     // `nohup lockrun ...` must still mean "the job survives SIGHUP": a signal ignored when
     // lockrun starts is neither caught nor forwarded, and the job inherits SIG_IGN.
-    let redis = Redis::start();
+    let redis = Server::start();
     let script = format!(
         "trap '' USR1; exec '{}' -r '{}' ign-entry -- sh -c 'kill -USR1 $$; echo survived'",
         lockrun_bin().display(),
@@ -318,12 +319,12 @@ fn signals_ignored_on_entry_stay_ignored_for_the_command() {
 
 #[test]
 fn subreaper_adopts_and_reaps_orphans() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ready = redis.dir.path().join("orphan.ready");
     // The inner shell starts a background `sleep` and exits: the sleep is orphaned, adopted by
     // lockrun (not init), and must be reaped when it exits while the job still runs.
     let script = format!("sh -c 'sleep 1.5 & touch \"{}\"'; sleep 6", ready.display());
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--subreaper", "reap", "--", "sh", "-c"])
         .arg(script);
     let mut child = cmd.stderr(Stdio::null()).spawn().unwrap();
@@ -340,7 +341,7 @@ fn subreaper_adopts_and_reaps_orphans() {
 
 #[test]
 fn as_pid_1_it_reaps_zombies_and_keeps_the_exit_code() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // unshare(1) makes lockrun PID 1 of a new PID namespace, as in a container. The job leaves
     // an orphan behind, waits for it to die, then counts zombies in the namespace.
     let script = "sh -c 'sleep 0.3 &'; sleep 2; \
@@ -368,18 +369,23 @@ struct Terminal {
 
 impl Terminal {
     fn run(lockrun_args: &[&str], rc: &Path) -> Terminal {
-        Self::start(lockrun_args, rc, false)
+        Self::start(lockrun_args, rc, LocalFlags::empty())
     }
 
-    /// `tostop`: the terminal stops a background process that writes to it (`stty tostop`),
-    /// so output from a process that is not in the foreground shows as a hang.
-    fn start(lockrun_args: &[&str], rc: &Path, tostop: bool) -> Terminal {
+    /// A terminal that stops a background process that writes to it (`stty tostop`), so
+    /// output from a process that is not in the foreground shows as a hang.
+    fn run_tostop(lockrun_args: &[&str], rc: &Path) -> Terminal {
+        Self::start(lockrun_args, rc, LocalFlags::TOSTOP)
+    }
+
+    /// `flags`: terminal modes set on top of the defaults.
+    fn start(lockrun_args: &[&str], rc: &Path, flags: LocalFlags) -> Terminal {
         let pty = nix::pty::openpty(None, None).expect("openpty");
         let slave: OwnedFd = pty.slave;
-        if tostop {
-            use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        if !flags.is_empty() {
+            use nix::sys::termios::{tcgetattr, tcsetattr, SetArg};
             let mut t = tcgetattr(&slave).expect("tcgetattr");
-            t.local_flags.insert(LocalFlags::TOSTOP);
+            t.local_flags.insert(flags);
             tcsetattr(&slave, SetArg::TCSANOW, &t).expect("tcsetattr");
         }
         let slave_fd = slave.as_raw_fd();
@@ -459,7 +465,7 @@ impl Terminal {
 
 #[test]
 fn terminal_ctrl_c_reaches_the_job_exactly_once() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for group_flag in [None, Some("--no-group")] {
         let tag = group_flag.unwrap_or("group").trim_start_matches('-');
         let log = redis.dir.path().join(format!("ctrlc-{tag}.log"));
@@ -486,7 +492,7 @@ fn terminal_ctrl_c_reaches_the_job_exactly_once() {
 
 #[test]
 fn terminal_job_can_read_from_the_tty_and_the_shell_gets_it_back() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let out = redis.dir.path().join("read.out");
     let rc = redis.dir.path().join("read.rc");
     let url = redis.url();
@@ -512,10 +518,10 @@ fn terminal_job_can_read_from_the_tty_and_the_shell_gets_it_back() {
 /// `stty tostop`, that stops lockrun, holding the lock, until someone kills it).
 #[test]
 fn terminal_comes_back_when_the_command_cannot_be_executed() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let rc = redis.dir.path().join("missing.rc");
     let url = redis.url();
-    let term = Terminal::start(
+    let term = Terminal::run_tostop(
         &[
             "-r",
             &url,
@@ -524,7 +530,6 @@ fn terminal_comes_back_when_the_command_cannot_be_executed() {
             "definitely-not-a-command-xyz",
         ],
         &rc,
-        true,
     );
     let (code, screen) = term.finish(&rc);
     assert_eq!(code, 127, "{screen}");
@@ -544,7 +549,7 @@ fn process_state(pid: u32) -> Option<String> {
 
 #[test]
 fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let ready = redis.dir.path().join("tstp.ready");
     let out = redis.dir.path().join("tstp.out");
     let rc = redis.dir.path().join("tstp.rc");
@@ -586,10 +591,10 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
 /// records and exits with the job's end (137).
 #[test]
 fn a_forwarded_sigterm_escalates_to_sigkill_after_kill_after() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let metrics = redis.dir.path().join("stop.prom");
     for signal in [libc::SIGTERM, libc::SIGINT] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["--kill-after", "2s", "--metrics-file"])
             .arg(&metrics)
             .args([
@@ -636,7 +641,7 @@ fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
         listener.local_addr().unwrap().port()
     );
     // Accepts (the kernel's backlog does) and never answers.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["-r", &url, "-t", "9s", "-v", "silent", "--", "echo", "ran"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -666,8 +671,8 @@ fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
 /// and renewed until the job is continued or ends.
 #[test]
 fn a_job_that_stops_itself_is_said_once() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "1500ms",
@@ -713,7 +718,7 @@ fn a_job_that_stops_itself_is_said_once() {
 /// --kill-after, and the lock is held until they are gone.
 #[test]
 fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for (trap, at_least) in [("", 0), ("trap '' TERM; ", 1)] {
         let pidfile = redis.dir.path().join(format!("daemon{}.pid", trap.len()));
         // The daemon lives 30 s at most, and leaves lockrun's stdout and stderr (or the test
@@ -725,7 +730,7 @@ fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
             pidfile.display()
         );
         let started = std::time::Instant::now();
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args([
             "--subreaper",
             "--kill-after",
@@ -771,8 +776,8 @@ fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
 /// end.
 #[test]
 fn a_short_stall_of_lockrun_does_not_cost_an_intact_lease() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([
         "-t",
         "3s",
@@ -790,7 +795,7 @@ fn a_short_stall_of_lockrun_does_not_cost_an_intact_lease() {
     kill(child.id(), libc::SIGSTOP);
     thread::sleep(Duration::from_millis(1500));
     // A rival during the stall finds the key held: the lease is intact.
-    let mut rival = lockrun(&redis);
+    let mut rival = Lockrun::on(&redis);
     rival.args(["stalled", "--", "true"]);
     assert_eq!(run(rival).status.code(), Some(75));
     kill(child.id(), libc::SIGCONT);

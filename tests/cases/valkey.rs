@@ -9,7 +9,7 @@ use std::time::Duration;
 
 #[test]
 fn valkey_runs_the_job_fences_it_and_releases() {
-    let valkey = Redis::start_valkey();
+    let valkey = Server::start_valkey();
     let info: String = valkey.cmd(&["INFO", "server"]);
     assert!(
         info.contains("valkey_version:"),
@@ -17,7 +17,7 @@ fn valkey_runs_the_job_fences_it_and_releases() {
     );
     let mut fences = Vec::new();
     for _ in 0..3 {
-        let mut cmd = lockrun(&valkey);
+        let mut cmd = Lockrun::on(&valkey);
         cmd.args(["vk", "--", "sh", "-c", "echo $LOCKRUN_FENCE"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -29,12 +29,12 @@ fn valkey_runs_the_job_fences_it_and_releases() {
 
 #[test]
 fn valkey_conflict_wait_and_renewal() {
-    let valkey = Redis::start_valkey();
+    let valkey = Server::start_valkey();
     let ready = valkey.dir.path().join("held");
     // A holder that spans two renewals (TTL 3 s, one every second; 2.5 s of work). A shorter TTL
     // lets one stall of a loaded CI machine pass for a lost lease, or fail the acquire itself
     // (each request has TTL/3).
-    let mut holder = lockrun(&valkey);
+    let mut holder = Lockrun::on(&valkey);
     holder
         .args(["-t", "3s", "vkq", "--", "sh", "-c"])
         .arg(format!("touch '{}'; sleep 2.5", ready.display()))
@@ -42,13 +42,13 @@ fn valkey_conflict_wait_and_renewal() {
     let mut holder = holder.spawn().unwrap();
     wait_for_file_of(&mut holder, &ready);
     // No wait: a conflict, 75.
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["vkq", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("redis lock already acquired"));
     // Waiting: queued, woken when the holder releases, runs.
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["--wait", "10s", "vkq", "echo", "waited"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -61,9 +61,9 @@ fn valkey_conflict_wait_and_renewal() {
 
 #[test]
 fn valkey_lock_loss_stops_the_job() {
-    let valkey = Redis::start_valkey();
+    let valkey = Server::start_valkey();
     let ready = valkey.dir.path().join("lost.ready");
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     // TTL 1.5 s: long enough for the acquire (TTL/3) on a loaded machine, short to notice the loss.
     cmd.args(["-t", "1500ms", "vklost", "--", "sh", "-c"])
         .arg(format!("touch '{}'; exec sleep 30", ready.display()))
@@ -77,11 +77,11 @@ fn valkey_lock_loss_stops_the_job() {
 
 #[test]
 fn valkey_semaphore_and_reentrancy() {
-    let valkey = Redis::start_valkey();
+    let valkey = Server::start_valkey();
     let dir = valkey.dir.path();
     let mut children = Vec::new();
     for i in 0..2 {
-        let mut cmd = lockrun(&valkey);
+        let mut cmd = Lockrun::on(&valkey);
         cmd.args(["--limit", "2", "vksem", "--", "sh", "-c"])
             .arg(format!("touch '{}/in{i}'; sleep 1", dir.display()))
             .stderr(Stdio::piped());
@@ -91,7 +91,7 @@ fn valkey_semaphore_and_reentrancy() {
         wait_for_file_of(child, &dir.join(format!("in{i}")));
     }
     // Full: a third holder conflicts.
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["--limit", "2", "vksem", "true"]);
     assert_eq!(run(cmd).status.code(), Some(75));
     for c in children {
@@ -101,7 +101,7 @@ fn valkey_semaphore_and_reentrancy() {
     assert!(!valkey.exists("vksem"));
     // A nested lockrun of the same key runs inside the outer one.
     let bin = lockrun_bin().display().to_string();
-    let mut cmd = lockrun(&valkey);
+    let mut cmd = Lockrun::on(&valkey);
     cmd.args(["vkre", "--", "sh", "-c"])
         .arg(format!("'{bin}' -r '{}' vkre echo inner", valkey.url()));
     let out = run(cmd);

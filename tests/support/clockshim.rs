@@ -5,7 +5,7 @@
 //!
 //! ```ignore
 //! let clock = Clock::new(0);
-//! let redis = Redis::start_with_env(&clock.env());
+//! let redis = Server::with(ServerOptions { env: clock.env(), ..ServerOptions::default() });
 //! clock.step_to(5_000);                     // the server's clock now reads 5 s ahead
 //! assert_offset(&redis.cmd(&["TIME"]), 5_000);
 //! ```

@@ -1,5 +1,5 @@
 //! A fake server on a loopback port that answers every command the same way: what lockrun
-//! must refuse in one line (`refusals.rs`) and what `doctor` must fail (`doctor.rs`).
+//! must refuse in one line (`server_refusals.rs`) and what `doctor` must fail (`doctor.rs`).
 
 use std::time::Duration;
 

@@ -1,20 +1,31 @@
-//! Test harness: throwaway `redis-server` processes and helpers to run the real binary.
+//! Test harness: throwaway servers, one topology per module (`server`: one server, the type
+//! every topology is built from; `replication`, `sentinel`, `cluster`, `netns`: Linux network
+//! namespaces), the real binary (`lockrun`), fault injection (`chaos`, `proxy`, `clockshim`),
+//! and helpers for the processes a test starts.
 //!
-//! Servers listen on a unix socket in a temporary directory (no port clashes between parallel
-//! tests), with persistence off, and are killed when dropped. The binary comes from
-//! `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the test fails and says how to get
-//! one: a lock test that silently skips proves nothing.
+//! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
+//! test fails and says how to get one: a lock test that silently skips proves nothing.
 
 #![allow(dead_code)] // Each test module uses a different subset.
 
 pub mod chaos;
 pub mod clockshim;
+pub mod cluster;
 pub mod cron;
 pub mod fake;
 pub mod ha;
+pub mod lockrun;
 pub mod netns;
 pub mod proxy;
-pub mod topology;
+pub mod replication;
+pub mod sentinel;
+pub mod server;
+
+pub use cluster::Cluster;
+pub use lockrun::{lockrun_bin, wait_for_go, without_lockrun_env, Background, Lockrun};
+pub use replication::{ReplicaSet, ReplicaSetOptions};
+pub use sentinel::{Sentinels, MASTER_NAME};
+pub use server::{Server, ServerOptions};
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -86,310 +97,6 @@ pub fn valkey_server_binary() -> PathBuf {
     .clone()
 }
 
-pub struct Redis {
-    child: Child,
-    pub dir: tempfile::TempDir,
-    pub socket: PathBuf,
-    pub port: Option<u16>,
-    pub password: Option<String>,
-    pub tls: bool,
-    /// Extra arguments and environment it was started with, kept for [`Redis::respawn`].
-    pub extra: Vec<String>,
-    pub env: Vec<(String, std::ffi::OsString)>,
-}
-
-impl Redis {
-    /// A server on a unix socket only.
-    pub fn start() -> Redis {
-        Redis::launch(false, None, false)
-    }
-
-    /// A server on a unix socket and a free loopback TCP port.
-    pub fn start_tcp() -> Redis {
-        Redis::launch(true, None, false)
-    }
-
-    pub fn start_with_password(password: &str) -> Redis {
-        Redis::launch(true, Some(password), false)
-    }
-
-    /// A server whose TCP port speaks only TLS, with a certificate for `localhost` signed by a
-    /// throwaway CA (`dir/ca.crt`); the unix socket stays plain for the test's own checks.
-    pub fn start_tls() -> Redis {
-        Redis::launch_with(&real_redis_binary(), true, None, true)
-    }
-
-    /// Redis itself, also when the suite runs against Valkey.
-    pub fn start_redis() -> Redis {
-        Redis::launch_with(&real_redis_binary(), false, None, false)
-    }
-
-    /// [`Redis::start_tls`] that also requires a client certificate from the test CA
-    /// (`dir/client.crt`, `dir/client.key`).
-    pub fn start_tls_mutual() -> Redis {
-        let redis = Redis::start_tls();
-        redis.cmd::<()>(&["CONFIG", "SET", "tls-auth-clients", "yes"]);
-        redis
-    }
-
-    /// A Valkey server on a unix socket (the same options as redis-server).
-    pub fn start_valkey() -> Redis {
-        Redis::launch_with(&valkey_server_binary(), false, None, false)
-    }
-
-    /// A server on a unix socket with `extra` arguments (`--appendonly yes`…) and `env` (a
-    /// [`clockshim::Clock`]'s), both kept when it is [respawned](Redis::respawn).
-    pub fn start_with(extra: &[&str], env: &[(String, std::ffi::OsString)]) -> Redis {
-        let mut redis = Redis::launch_full(&redis_server_binary(), false, None, false, extra, env);
-        redis.extra = extra.iter().map(|s| s.to_string()).collect();
-        redis
-    }
-
-    fn launch(tcp: bool, password: Option<&str>, tls: bool) -> Redis {
-        Redis::launch_with(&redis_server_binary(), tcp, password, tls)
-    }
-
-    fn launch_with(bin: &Path, tcp: bool, password: Option<&str>, tls: bool) -> Redis {
-        Redis::launch_full(bin, tcp, password, tls, &[], &[])
-    }
-
-    fn launch_full(
-        bin: &Path,
-        tcp: bool,
-        password: Option<&str>,
-        tls: bool,
-        extra: &[&str],
-        env: &[(String, std::ffi::OsString)],
-    ) -> Redis {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let socket = dir.path().join("redis.sock");
-        let port = if tcp { Some(free_port()) } else { None };
-        let mut cmd = Command::new(bin);
-        if tls {
-            make_certificates(dir.path());
-            let path = |f: &str| dir.path().join(f);
-            cmd.arg("--tls-port")
-                .arg(port.unwrap().to_string())
-                .arg("--tls-cert-file")
-                .arg(path("server.crt"))
-                .arg("--tls-key-file")
-                .arg(path("server.key"))
-                .arg("--tls-ca-cert-file")
-                .arg(path("ca.crt"))
-                .args(["--tls-auth-clients", "no"]);
-        }
-        cmd.arg("--port")
-            .arg(if tls { 0 } else { port.unwrap_or(0) }.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&socket)
-            .args(["--unixsocketperm", "700", "--dir"])
-            .arg(dir.path())
-            .args(["--logfile", "redis.log", "--daemonize", "no"])
-            .args(extra)
-            .envs(env.iter().map(|(k, v)| (k, v)));
-        if let Some(p) = password {
-            cmd.args(["--requirepass", p]);
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let redis = Redis {
-            child,
-            dir,
-            socket,
-            port,
-            password: password.map(str::to_string),
-            tls,
-            extra: Vec::new(),
-            env: env.to_vec(),
-        };
-        redis.wait_ready();
-        redis
-    }
-
-    fn wait_ready(&self) {
-        let start = Instant::now();
-        while start.elapsed() < PATIENCE {
-            if let Ok(mut c) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-        panic!("redis-server did not become ready; its log:\n{log}");
-    }
-
-    /// The URL lockrun is given.
-    pub fn url(&self) -> String {
-        match (self.port, &self.password) {
-            (Some(port), _) if self.tls => format!("rediss://localhost:{port}"),
-            (Some(port), Some(pw)) => format!("redis://:{pw}@127.0.0.1:{port}"),
-            (Some(port), None) => format!("redis://127.0.0.1:{port}"),
-            _ => format!("unix://{}", self.socket.display()),
-        }
-    }
-
-    pub fn client(&self) -> redis::Client {
-        let url = match &self.password {
-            Some(pw) => format!(
-                "redis+unix://{}?pass={}",
-                self.socket.display(),
-                query_escape(pw)
-            ),
-            None => format!("unix://{}", self.socket.display()),
-        };
-        redis::Client::open(url).expect("client")
-    }
-
-    pub fn conn(&self) -> redis::Connection {
-        self.client()
-            .get_connection()
-            .expect("connect to test redis")
-    }
-
-    /// Runs one command and returns its reply.
-    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut c = redis::cmd(args[0]);
-        for a in &args[1..] {
-            c.arg(*a);
-        }
-        c.query(&mut self.conn())
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    }
-
-    /// The server's process id (to pause it with SIGSTOP, say).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn exists(&self, key: &str) -> bool {
-        self.cmd::<i64>(&["EXISTS", key]) == 1
-    }
-
-    /// `INFO commandstats` as (command, calls) pairs.
-    pub fn command_calls(&self, command: &str) -> u64 {
-        let info: String = self.cmd(&["INFO", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-/// A query value is percent-decoded (and `+` read as a space): a password with `%`, `&`, `+`
-/// or `#` must be escaped to arrive unchanged.
-fn query_escape(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'%' | b'&' | b'+' | b'#' | b' ' | b'=' => format!("%{b:02X}"),
-            _ => (b as char).to_string(),
-        })
-        .collect()
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A CA and a server certificate for localhost/127.0.0.1, made with the openssl CLI.
-fn make_certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("openssl is needed for the TLS test (apt-get install openssl): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    openssl(
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &[
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.crt",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=lockrun test CA",
-            ],
-        ]
-        .concat(),
-    );
-    // A certificate signed by the CA: `name.crt`/`name.key`, with extensions `ext`.
-    let signed = |name: &str, subject: &str, ext: &str| {
-        let (key, csr, crt, extfile) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-            format!("{name}.ext"),
-        );
-        openssl(
-            &[
-                &["req"][..],
-                &ec,
-                &["-keyout", &key, "-out", &csr, "-subj", subject],
-            ]
-            .concat(),
-        );
-        std::fs::write(dir.join(&extfile), ext).unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &crt,
-            "-days",
-            "2",
-            "-extfile",
-            &extfile,
-        ]);
-    };
-    signed(
-        "server",
-        "/CN=localhost",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
-    // For servers that require a client certificate.
-    signed(
-        "client",
-        "/CN=lockrun client",
-        "extendedKeyUsage=clientAuth\n",
-    );
-}
-
 /// A loopback port nobody listens on right now, and one this test process has not handed out
 /// before: see [`port_where`].
 pub fn free_port() -> u16 {
@@ -428,36 +135,9 @@ pub fn port_where(also: impl Fn(u16) -> bool) -> u16 {
     panic!("no free loopback port in {PORTS:?}")
 }
 
-pub fn lockrun_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_lockrun"))
-}
-
-/// `lockrun -r <url>` with a clean environment: no LOCKRUN_* leaks in from whatever runs the
-/// tests (which might itself run under lockrun).
-pub fn lockrun(redis: &Redis) -> Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(redis.url());
-    cmd
-}
-
-pub fn bare_lockrun() -> Command {
-    let mut cmd = Command::new(lockrun_bin());
-    without_lockrun_env(&mut cmd);
-    cmd.stdin(Stdio::null());
-    cmd
-}
-
-/// Removes every LOCKRUN_* variable the test process itself may have inherited.
-pub fn without_lockrun_env(cmd: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LOCKRUN_") {
-            cmd.env_remove(k);
-        }
-    }
-}
-
 /// Runs to completion (bounded by PATIENCE, then killed and failed) and captures output.
-pub fn run(mut cmd: Command) -> Output {
+pub fn run(cmd: impl Into<Command>) -> Output {
+    let mut cmd = cmd.into();
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn lockrun");
     wait_output(child)

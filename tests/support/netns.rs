@@ -31,7 +31,8 @@
 //! them); without them a test fails saying so, it never skips.
 
 use super::chaos::{Chaos, Job};
-use super::{lockrun_bin, redis_server_binary, without_lockrun_env, PATIENCE};
+use super::server::{self, ServerOptions, Tls};
+use super::{lockrun_bin, Lockrun, PATIENCE};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -232,13 +233,11 @@ impl Net {
         urls: &[String],
         args: &[&str],
         job: &Job,
-    ) -> Command {
-        let mut cmd = self.command(host, lockrun_bin());
-        without_lockrun_env(&mut cmd);
-        cmd.stdin(Stdio::null());
-        for url in urls {
-            cmd.arg("-r").arg(url);
-        }
+    ) -> Lockrun {
+        let mut cmd = urls.iter().fold(
+            Lockrun::via(self.command(host, lockrun_bin())),
+            Lockrun::url,
+        );
         cmd.args(args).arg("--").args(Net::home()).args(ch.job(job));
         cmd
     }
@@ -328,17 +327,36 @@ impl Net {
     /// on a unix socket; `config`: more config lines (`replicaof 10.77.0.1 6379`,
     /// `appendonly yes`, `min-replicas-to-write 1`, `cluster-enabled yes`…).
     pub fn redis(&self, host: &str, port: u16, config: &str) -> Server {
-        self.server(host, port, config, false)
+        self.server(
+            host,
+            port,
+            ServerOptions {
+                config: config.into(),
+                ..ServerOptions::default()
+            },
+        )
     }
 
     /// `redis-server --sentinel` on `host`'s address and a unix socket; `config`: its
     /// `sentinel monitor …` lines and the like.
     pub fn sentinel(&self, host: &str, port: u16, config: &str) -> Server {
-        self.server(host, port, config, true)
+        self.server(
+            host,
+            port,
+            ServerOptions {
+                config: config.into(),
+                args: vec!["--sentinel".into()],
+                ..ServerOptions::default()
+            },
+        )
     }
 
-    fn server(&self, host: &str, port: u16, config: &str, sentinel: bool) -> Server {
+    /// A server on `host`'s address and `port`, and on a unix socket, as `options` say: its
+    /// `config` lines, `args` (`--sentinel`), `binary` and `env`. (Transport, password and TLS
+    /// are the loopback harness's; a namespace's servers are plain.)
+    pub fn server(&self, host: &str, port: u16, options: ServerOptions) -> Server {
         let h = self.host(host).clone();
+        let sentinel = options.args.iter().any(|a| a == "--sentinel");
         let kind = if sentinel { "sentinel" } else { "redis" };
         let dir = self.dir.path().join(format!("{host}-{kind}-{port}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -351,7 +369,8 @@ impl Net {
                  save \"\"\nappendonly no\ndir {dir}\nlogfile node.log\n{config}\n",
                 addr = h.addr,
                 sock = socket.display(),
-                dir = dir.display()
+                dir = dir.display(),
+                config = options.config
             ),
         )
         .unwrap();
@@ -362,6 +381,9 @@ impl Net {
             dir,
             conf,
             sentinel,
+            binary: server::binary(options.binary, Tls::None),
+            args: options.args,
+            env: options.env,
             procs: self.procs.clone(),
             pid: Mutex::new(0),
         };
@@ -385,7 +407,14 @@ impl Drop for Net {
     }
 }
 
-/// A server process started by a [`Net`]; the [`Net`] kills it when dropped.
+/// How long the test's own commands to a namespace's server may take: a paused server must not
+/// hang the test.
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A server process started by a [`Net`]; the [`Net`] kills it when dropped. It shares its
+/// options ([`ServerOptions`]) and the test's own commands over the unix socket with
+/// [`super::Server`]; what differs is where it runs (a host's namespace, through `nsenter`)
+/// and who owns the process (the [`Net`], so that a partition test can restart it in place).
 pub struct Server {
     pub host: Host,
     pub port: u16,
@@ -394,6 +423,9 @@ pub struct Server {
     pub dir: PathBuf,
     conf: PathBuf,
     sentinel: bool,
+    binary: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, std::ffi::OsString)>,
     procs: Procs,
     pid: Mutex<u32>,
 }
@@ -404,11 +436,10 @@ impl Server {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net=/run/netns/{}", self.host.ns))
             .arg("--")
-            .arg(redis_server_binary())
-            .arg(&self.conf);
-        if self.sentinel {
-            cmd.arg("--sentinel");
-        }
+            .arg(&self.binary)
+            .arg(&self.conf)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -419,7 +450,7 @@ impl Server {
         self.procs.lock().unwrap().insert(pid, child);
         *self.pid.lock().unwrap() = pid;
         let deadline = Instant::now() + PATIENCE;
-        while self.try_cmd::<String>(&["PING"]).as_deref() != Some("PONG") {
+        while !server::answers_ping(&self.socket, None, Some(TIMEOUT)) {
             assert!(
                 Instant::now() < deadline,
                 "{} on {} never answered PING; its log:\n{}",
@@ -452,16 +483,15 @@ impl Server {
         std::fs::read_to_string(self.dir.join("node.log")).unwrap_or_default()
     }
 
-    /// A command over the unix socket (1 s bounds); None if it fails or the server is down.
+    /// A command over the unix socket (bounded by [`TIMEOUT`]); None if it fails or the
+    /// server is down.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
-        let client = redis::Client::open(format!("unix://{}", self.socket.display())).ok()?;
-        let mut conn = client
-            .get_connection_with_timeout(Duration::from_secs(1))
-            .ok()?;
-        conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-        let mut c = redis::cmd(args[0]);
-        c.arg(&args[1..]);
-        c.query(&mut conn).ok()
+        server::socket_cmd(&self.socket, None, Some(TIMEOUT), args).ok()
+    }
+
+    /// Whether `key` exists here; false on a cluster node that does not serve it.
+    pub fn exists(&self, key: &str) -> bool {
+        server::exists(&self.socket, None, key)
     }
 
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {

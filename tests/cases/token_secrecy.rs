@@ -17,7 +17,7 @@ struct Holding {
 
 impl Holding {
     /// Starts `lockrun [extra] KEY -- <job>` and returns once the job has published its token.
-    fn start(redis: &Redis, name: &str, extra: &[&str], key: &str) -> Holding {
+    fn start(redis: &Server, name: &str, extra: &[&str], key: &str) -> Holding {
         let dir = redis.dir.path();
         let token_file = dir.join(format!("{name}.token"));
         let go = dir.join(format!("{name}.go"));
@@ -27,7 +27,7 @@ impl Holding {
             t = token_file.display(),
             g = go.display()
         );
-        let mut cmd = lockrun(redis);
+        let mut cmd = Lockrun::on(redis);
         cmd.args(extra)
             .args([key, "--", "sh", "-c", &script])
             .stdout(Stdio::null())
@@ -87,13 +87,13 @@ fn conflict_line(out: &std::process::Output) -> String {
 
 #[test]
 fn a_conflict_log_line_names_host_and_pid_but_never_the_token() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let holding = Holding::start(&redis, "h", &[], "logged");
     let token = holding.token();
     let value: String = redis.cmd(&["GET", "logged"]);
     let id = first_word(&value);
 
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["logged", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
@@ -105,7 +105,7 @@ fn a_conflict_log_line_names_host_and_pid_but_never_the_token() {
     assert!(line.contains("started="), "{line}");
 
     // The "waiting" line of a --wait lockrun names the holder the same way.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--wait", "300ms", "logged", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
@@ -121,7 +121,7 @@ fn a_conflict_log_line_names_host_and_pid_but_never_the_token() {
 
 #[test]
 fn the_key_value_shows_who_holds_it_but_not_the_token() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let holding = Holding::start(&redis, "h", &[], "shown");
     let token = holding.token();
     let value: String = redis.cmd(&["GET", "shown"]);
@@ -143,7 +143,7 @@ fn the_key_value_shows_who_holds_it_but_not_the_token() {
 
 #[test]
 fn the_waiter_queue_and_wake_up_messages_never_carry_a_token() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = redis.dir.path().to_path_buf();
     let holding = Holding::start(&redis, "h", &[], "woken");
     let holder_token = holding.token();
@@ -159,7 +159,7 @@ fn the_waiter_queue_and_wake_up_messages_never_carry_a_token() {
         "echo \"$LOCKRUN_TOKEN\" > '{t}.tmp' && mv '{t}.tmp' '{t}'",
         t = waiter_token_file.display()
     );
-    let mut waiter = lockrun(&redis);
+    let mut waiter = Lockrun::on(&redis);
     waiter
         .args(["--wait", "60s", "woken", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
@@ -206,14 +206,14 @@ fn the_waiter_queue_and_wake_up_messages_never_carry_a_token() {
 
 #[test]
 fn the_id_from_get_does_not_pass_the_reentrancy_check_but_the_token_does() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let holding = Holding::start(&redis, "h", &[], "guarded");
     let token = holding.token();
     let value: String = redis.cmd(&["GET", "guarded"]);
     let id = first_word(&value);
 
     // What anyone who can read the key (or a log) has: not enough to run beside the holder.
-    let mut forged = lockrun(&redis);
+    let mut forged = Lockrun::on(&redis);
     forged
         .env("LOCKRUN_KEY", "guarded")
         .env("LOCKRUN_TOKEN", &id)
@@ -228,7 +228,7 @@ fn the_id_from_get_does_not_pass_the_reentrancy_check_but_the_token_does() {
     );
 
     // The job's own secret still is (a nested lockrun of the same key).
-    let mut nested = lockrun(&redis);
+    let mut nested = Lockrun::on(&redis);
     nested
         .env("LOCKRUN_KEY", "guarded")
         .env("LOCKRUN_TOKEN", &token)
@@ -248,7 +248,7 @@ fn the_id_from_get_does_not_pass_the_reentrancy_check_but_the_token_does() {
 
 #[test]
 fn a_semaphore_member_id_does_not_pass_the_reentrancy_check_but_the_token_does() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let first = Holding::start(&redis, "s1", &["--limit", "2"], "pool");
     let second = Holding::start(&redis, "s2", &["--limit", "2"], "pool");
     let tokens = [first.token(), second.token()];
@@ -262,7 +262,7 @@ fn a_semaphore_member_id_does_not_pass_the_reentrancy_check_but_the_token_does()
     }
 
     for member in &members {
-        let mut forged = lockrun(&redis);
+        let mut forged = Lockrun::on(&redis);
         forged
             .env("LOCKRUN_KEY", "pool")
             .env("LOCKRUN_TOKEN", first_word(member))
@@ -278,7 +278,7 @@ fn a_semaphore_member_id_does_not_pass_the_reentrancy_check_but_the_token_does()
         assert!(line.contains("host=") && line.contains("pid="), "{line}");
     }
 
-    let mut nested = lockrun(&redis);
+    let mut nested = Lockrun::on(&redis);
     nested
         .env("LOCKRUN_KEY", "pool")
         .env("LOCKRUN_TOKEN", &tokens[1])
@@ -300,7 +300,7 @@ fn a_semaphore_member_id_does_not_pass_the_reentrancy_check_but_the_token_does()
 
 #[test]
 fn a_lock_reserved_for_a_queued_waiter_does_not_name_it() {
-    let redis = Redis::start();
+    let redis = Server::start();
     // A waiter queued by another lockrun (written by hand here so the test knows its member),
     // its ticket good for a minute, and the lock itself free: the turn is the waiter's.
     let time: Vec<String> = redis.cmd(&["TIME"]);
@@ -318,7 +318,7 @@ fn a_lock_reserved_for_a_queued_waiter_does_not_name_it() {
         &(now_ms + 60_000).to_string(),
         member,
     ]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["turn", "echo", "ran"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
@@ -329,7 +329,7 @@ fn a_lock_reserved_for_a_queued_waiter_does_not_name_it() {
 
 #[test]
 fn the_reentrancy_check_does_not_send_the_token_where_other_clients_can_see_it() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let holding = Holding::start(&redis, "h", &[], "watched");
     let token = holding.token();
 
@@ -356,7 +356,7 @@ fn the_reentrancy_check_does_not_send_the_token_where_other_clients_can_see_it()
         }
     });
 
-    let mut nested = lockrun(&redis);
+    let mut nested = Lockrun::on(&redis);
     nested
         .env("LOCKRUN_KEY", "watched")
         .env("LOCKRUN_TOKEN", &token)

@@ -1,7 +1,7 @@
 //! The checks run at the end of a scenario, and the results line.
 
 use super::{Chaos, Mode, Section};
-use crate::support::Redis;
+use crate::support::Server;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -253,7 +253,7 @@ fn expiry_to_gone(
 impl Chaos {
     /// Runs every check, prints the results line (and appends it to LOCKRUN_FAULTS_REPORT),
     /// and returns the report. Call when every lockrun has been finished.
-    pub fn report(&self, redis: &Redis) -> Report {
+    pub fn report(&self, redis: &Server) -> Report {
         self.report_on(std::slice::from_ref(&redis.socket))
     }
 

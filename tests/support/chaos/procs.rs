@@ -1,11 +1,9 @@
-//! The processes a scenario deals with: lockruns (stderr drained, or plugged on purpose) and
-//! the redis-server (paused, restarted).
+//! The lockruns a scenario runs: stderr drained, or plugged on purpose.
 
-use super::super::{kill, redis_server_binary, Redis};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -91,8 +89,9 @@ impl Log {
 
 const FILLER: &str = "#chaos-filler#";
 
-/// A running lockrun.
-pub struct Lockrun {
+/// A running lockrun of a scenario: its stderr, and what [`Chaos::finish`] checks its exit
+/// code against.
+pub struct Running {
     pub child: Child,
     pub pid: u32,
     pub log: Arc<Log>,
@@ -102,7 +101,7 @@ pub struct Lockrun {
     pub(super) undrained: Option<OwnedFd>,
 }
 
-impl Lockrun {
+impl Running {
     /// Fills the undrained stderr pipe to the brim, so lockrun's next log line blocks unless
     /// lockrun never lets logging block. Returns the bytes written.
     pub fn plug_stderr(&self) -> usize {
@@ -139,66 +138,5 @@ impl Lockrun {
         if let Some(fd) = self.undrained.take() {
             self.log = Log::drain(std::fs::File::from(fd));
         }
-    }
-}
-
-impl Redis {
-    /// SIGSTOP / SIGCONT the server: a process pause (GC, swap, VM steal) as Redis sees it.
-    pub fn pause(&self) {
-        kill(self.pid(), libc::SIGSTOP);
-    }
-
-    pub fn resume(&self) {
-        kill(self.pid(), libc::SIGCONT);
-    }
-
-    /// Kills the server (SIGKILL) and waits for it: down until [`Redis::respawn`].
-    pub fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Kills the server and starts a new one on the same socket and port (empty unless it
-    /// persisted to its directory), with the arguments and environment it was started with
-    /// and then `extra` (this mirrors `Redis::launch`, minus TLS and passwords).
-    pub fn respawn(&mut self, extra: &[&str]) {
-        assert!(!self.tls && self.password.is_none(), "plain servers only");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let mut cmd = Command::new(redis_server_binary());
-        cmd.arg("--port")
-            .arg(self.port.unwrap_or(0).to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&self.socket)
-            .args(["--unixsocketperm", "700", "--dir"])
-            .arg(self.dir.path())
-            .args(["--logfile", "redis.log", "--daemonize", "no"])
-            .args(&self.extra)
-            .args(extra)
-            .envs(self.env.iter().map(|(k, v)| (k, v)));
-        self.child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("restart redis-server");
-        self.wait_ready();
-    }
-
-    /// A command that may fail (the server may be paused or restarting): None then.
-    pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
-        let mut conn = self.client().get_connection().ok()?;
-        let mut c = redis::cmd(args[0]);
-        c.arg(&args[1..]);
-        c.query(&mut conn).ok()
-    }
-
-    /// `connected_clients` from `INFO clients`.
-    pub fn connected_clients(&self) -> Option<u64> {
-        let info: String = self.try_cmd(&["INFO", "clients"])?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("connected_clients:"))
-            .and_then(|n| n.trim().parse().ok())
     }
 }

@@ -1,14 +1,15 @@
 //! Standard output and standard error are input too: a full disk (`/dev/full`) or a reader
 //! that went away (`| true`, `| grep -q`) never makes lockrun panic (exit 134 with a
 //! backtrace). A closed pipe ends quietly, as command-line tools do; a write that fails
-//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR).
+//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR). Issue 24,
+//! item 4.
 
 use crate::support::*;
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// `cmd` with stdout (`out`) and/or stderr (`err`) on /dev/full.
-fn with_full(mut cmd: Command, out: bool, err: bool) -> std::process::Output {
+fn with_full(mut cmd: Lockrun, out: bool, err: bool) -> std::process::Output {
     let full = || {
         std::fs::OpenOptions::new()
             .write(true)
@@ -31,18 +32,18 @@ fn not_a_panic(out: &std::process::Output, what: &str) {
 
 #[test]
 fn a_full_stderr_never_panics_and_keeps_the_exit_code() {
-    let redis = Redis::start();
-    let mut bad_ttl = bare_lockrun();
+    let redis = Server::start();
+    let mut bad_ttl = Lockrun::bare();
     bad_ttl.args(["--ttl", "abc", "k", "--", "true"]);
     let out = with_full(bad_ttl, false, true);
     assert_eq!(out.status.code(), Some(64), "{:?}", out.status);
 
-    let mut no_command = lockrun(&redis);
+    let mut no_command = Lockrun::on(&redis);
     no_command.arg("k");
     assert_eq!(with_full(no_command, false, true).status.code(), Some(64));
 
     // A run whose log lines cannot be written still runs, releases and exits with the job's code.
-    let mut job = lockrun(&redis);
+    let mut job = Lockrun::on(&redis);
     job.args(["-v", "k", "--", "sh", "-c", "exit 3"]);
     let out = with_full(job, false, true);
     assert_eq!(out.status.code(), Some(3), "{:?}", out.status);
@@ -51,8 +52,8 @@ fn a_full_stderr_never_panics_and_keeps_the_exit_code() {
 
 #[test]
 fn a_full_stdout_is_one_line_and_exit_74() {
-    let redis = Redis::start();
-    let mut holder = lockrun(&redis);
+    let redis = Server::start();
+    let mut holder = Lockrun::on(&redis);
     holder.args(["--min-hold", "30s", "k", "--", "true"]);
     assert_eq!(run(holder).status.code(), Some(0));
     for args in [
@@ -63,7 +64,7 @@ fn a_full_stdout_is_one_line_and_exit_74() {
         &["list", "--all"],
         &["doctor"],
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
         let out = with_full(cmd, true, false);
         not_a_panic(&out, &format!("{args:?}"));
@@ -74,14 +75,14 @@ fn a_full_stdout_is_one_line_and_exit_74() {
             "{args:?}: {err}"
         );
         // Both full: still no panic, still 74.
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(args).arg("-r").arg(redis.url());
         let out = with_full(cmd, true, true);
         not_a_panic(&out, &format!("{args:?} (both full)"));
         assert_eq!(out.status.code(), Some(74), "{args:?} (both full)");
     }
     for help in ["--help", "--version", "-h"] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg(help);
         let out = with_full(cmd, true, false);
         assert_eq!(out.status.code(), Some(74), "{help}: {}", stderr_of(&out));
@@ -92,7 +93,7 @@ fn a_full_stdout_is_one_line_and_exit_74() {
 /// stops quietly, exit 0.
 #[test]
 fn a_reader_that_goes_away_ends_the_listing_quietly() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let mut pipe = redis.conn();
     let mut batch = redis::pipe();
     for i in 0..1500 {
@@ -103,7 +104,7 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
             .ignore();
     }
     batch.exec(&mut pipe).unwrap();
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["list", "--all", "-r"])
         .arg(redis.url())
         .stdout(Stdio::piped())
@@ -127,15 +128,15 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
 /// everyone, for good, since its fence counter stays (issue 24, item 5).
 #[test]
 fn a_very_long_key_is_listed_not_a_panic() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let long = "L".repeat(70_000);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([long.as_str(), "--", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
-    let mut short = lockrun(&redis);
+    let mut short = Lockrun::on(&redis);
     short.args(["short", "--", "true"]);
     assert_eq!(run(short).status.code(), Some(0));
-    let mut list = bare_lockrun();
+    let mut list = Lockrun::bare();
     list.args(["list", "--all", "-r"]).arg(redis.url());
     let out = run(list);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -155,7 +156,7 @@ fn a_very_long_key_is_listed_not_a_panic() {
 /// `list` and `status` do (issue 24, item 14).
 #[test]
 fn history_escapes_control_characters() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let _: String = redis.cmd(&[
         "XADD",
         "lockrun:history:{k}",
@@ -167,7 +168,7 @@ fn history_escapes_control_characters() {
         "pid",
         "1",
     ]);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["history", "-r"]).arg(redis.url()).arg("k");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));

@@ -1,6 +1,6 @@
 //! Fault injection: run many real lockruns against a real redis-server, break things (kill
 //! lockrun, pause it, pause or restart Redis, kill connections, block its stderr), and check the
-//! history the jobs reported to a fenced toy resource (`chaos_recorder.rs`).
+//! history the jobs reported to a fenced toy resource (`recorder.rs`).
 //!
 //! A scenario is a [`Chaos`]: it starts the recorder and a watcher of key expiries, spawns
 //! lockruns (each one's stderr drained on a thread, exit code checked against the set the
@@ -19,18 +19,15 @@
 //! `LOCKRUN_FAULTS_SEED=<n>` replays its choices (timing still varies), and
 //! `LOCKRUN_FAULTS_SCALE` (default 1) multiplies the amount of work.
 
-#[path = "chaos_procs.rs"]
 mod procs;
-#[path = "chaos_recorder.rs"]
 mod recorder;
-#[path = "chaos_report.rs"]
 mod report;
 
-pub use procs::{Lockrun, Log};
+pub use procs::{Log, Running};
 pub use recorder::{Job, Mode, OnTerm, Recorder, Section};
 pub use report::{append_row, Report};
 
-use super::{lockrun, Redis, PATIENCE};
+use super::{Lockrun, Server, PATIENCE};
 use report::{Outcome, Violation};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -113,7 +110,7 @@ pub struct Chaos {
 }
 
 impl Chaos {
-    pub fn new(name: &str, redis: &Redis) -> Chaos {
+    pub fn new(name: &str, redis: &Server) -> Chaos {
         Chaos::over(name, std::slice::from_ref(&redis.socket))
     }
 
@@ -215,23 +212,25 @@ impl Chaos {
     }
 
     /// `lockrun -r URL <args> -- bash -c <job>`.
-    pub fn command(&self, redis: &Redis, args: &[&str], job: &Job) -> Command {
-        let mut cmd = lockrun(redis);
+    pub fn command(&self, redis: &Server, args: &[&str], job: &Job) -> Lockrun {
+        let mut cmd = Lockrun::on(redis);
         cmd.args(args).arg("--").args(self.job(job));
         cmd
     }
 
     /// Starts a lockrun with its stderr drained. `expected`: the exit codes that are fine.
-    pub fn spawn(&self, mut cmd: Command, expected: &[i32]) -> Lockrun {
+    pub fn spawn(&self, cmd: impl Into<Command>, expected: &[i32]) -> Running {
+        let mut cmd: Command = cmd.into();
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut lr = self.start(cmd, expected);
         lr.log = Log::drain(lr.child.stderr.take().unwrap());
         lr
     }
 
-    /// Starts a lockrun whose stderr is a pipe nobody reads (until [`Lockrun::drain_stderr`],
+    /// Starts a lockrun whose stderr is a pipe nobody reads (until [`Running::drain_stderr`],
     /// or [`Chaos::finish`], which drains it so the lockrun can end).
-    pub fn spawn_undrained(&self, mut cmd: Command, expected: &[i32]) -> Lockrun {
+    pub fn spawn_undrained(&self, cmd: impl Into<Command>, expected: &[i32]) -> Running {
+        let mut cmd: Command = cmd.into();
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two fresh descriptors on success.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -243,7 +242,7 @@ impl Chaos {
         lr
     }
 
-    fn start(&self, mut cmd: Command, expected: &[i32]) -> Lockrun {
+    fn start(&self, mut cmd: Command, expected: &[i32]) -> Running {
         let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -262,7 +261,7 @@ impl Chaos {
         let pid = child.id();
         live.insert(pid);
         drop(cmd); // the parent's copy of an undrained pipe's write end goes away here
-        Lockrun {
+        Running {
             child,
             pid,
             log: Log::empty(),
@@ -332,12 +331,12 @@ impl Chaos {
     /// Waits for the lockrun to exit (bounded by PATIENCE, then SIGKILLed and failed), drains
     /// whatever it still has to say, and checks its exit code. Returns the code (128+N for a
     /// signal).
-    pub fn finish(&self, lr: Lockrun) -> i32 {
+    pub fn finish(&self, lr: Running) -> i32 {
         self.finish_with_log(lr).0
     }
 
     /// [`Chaos::finish`], also returning what the lockrun wrote to stderr.
-    pub fn finish_with_log(&self, mut lr: Lockrun) -> (i32, String) {
+    pub fn finish_with_log(&self, mut lr: Running) -> (i32, String) {
         lr.drain_stderr();
         let deadline = Instant::now() + PATIENCE;
         let status = loop {
@@ -386,7 +385,7 @@ impl Chaos {
 
     /// [`Chaos::finish_with_log`], printing the exit code and, unless 0, the end of what the
     /// lockrun (`who`) said: for scenarios whose rows a reader compares with the log.
-    pub fn finish_noting(&self, lr: Lockrun, who: &str) -> (i32, String) {
+    pub fn finish_noting(&self, lr: Running, who: &str) -> (i32, String) {
         let (code, text) = self.finish_with_log(lr);
         eprintln!("{}: {who} exited {code}", self.name);
         if code != 0 {
@@ -400,7 +399,7 @@ impl Chaos {
 
     /// Waits for the job of `lr` to begin its critical section; fails the test with the
     /// lockrun's log if it never does.
-    pub fn wait_begin(&self, lr: &Lockrun) {
+    pub fn wait_begin(&self, lr: &Running) {
         let pid = lr.pid as i32;
         let begun = self
             .recorder
@@ -417,7 +416,7 @@ impl Chaos {
     /// job for one round. Every lockrun's exit code must be in `expected`.
     pub fn contenders(
         &self,
-        redis: &Redis,
+        redis: &Server,
         n: usize,
         until: Instant,
         expected: &[i32],
@@ -441,7 +440,7 @@ impl Chaos {
 
     /// Kills the server and starts an empty one on the same socket and port (a crash of a
     /// server without persistence). Fences handed out from then on must exceed all older ones.
-    pub fn restart_redis(&self, redis: &mut Redis, extra: &[&str]) {
+    pub fn restart_redis(&self, redis: &mut Server, extra: &[&str]) {
         self.restarts.lock().unwrap().push(Instant::now());
         for (key, _) in self.keys.lock().unwrap().iter() {
             self.lease_ended(key);

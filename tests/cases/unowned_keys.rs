@@ -1,9 +1,10 @@
 //! Keys lockrun did not write are the user's: a run refuses them (64) and `release --force`
-//! leaves them alone, whatever their type, and nothing about them changes.
+//! leaves them alone, whatever their type, and nothing about them changes (issue 24, items 1
+//! and 3).
 
 use crate::support::*;
 
-fn leaderboard(redis: &Redis) -> Vec<String> {
+fn leaderboard(redis: &Server) -> Vec<String> {
     redis.cmd(&["ZRANGE", "leaderboard", "0", "-1", "WITHSCORES"])
 }
 
@@ -11,7 +12,7 @@ fn leaderboard(redis: &Redis) -> Vec<String> {
 /// and the set was gone (issue 24, item 1).
 #[test]
 fn a_users_sorted_set_is_refused_not_pruned() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["ZADD", "leaderboard", "100", "alice", "200", "bob"]);
     let before = leaderboard(&redis);
     for args in [
@@ -19,7 +20,7 @@ fn a_users_sorted_set_is_refused_not_pruned() {
         &[][..],
         &["--limit", "5", "--wait", "1s"][..],
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(args).args(["leaderboard", "--", "echo", "RAN"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr_of(&out));
@@ -33,7 +34,7 @@ fn a_users_sorted_set_is_refused_not_pruned() {
         assert_eq!(leaderboard(&redis), before, "{args:?}: untouched");
     }
     // A real semaphore of the same shape of use still works.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--limit", "2", "sem", "--", "echo", "RAN"]);
     assert_eq!(stdout_of(&run(cmd)), "RAN\n");
 }
@@ -41,13 +42,13 @@ fn a_users_sorted_set_is_refused_not_pruned() {
 /// `release --force` deleted any string or sorted set of the name (issue 24, item 3).
 #[test]
 fn release_force_leaves_keys_lockrun_did_not_write() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "config:db", r#"{"host":"db1"}"#]);
     redis.cmd::<()>(&["ZADD", "leaderboard", "100", "alice"]);
     // Looks like a holder at first sight, but not as lockrun writes one.
     redis.cmd::<()>(&["SET", "almost", "host=web1 pid=42"]);
     for key in ["config:db", "leaderboard", "almost"] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.args(["release", "--force", key]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64), "{key}: {}", stderr_of(&out));
@@ -64,10 +65,10 @@ fn release_force_leaves_keys_lockrun_did_not_write() {
     assert_eq!(leaderboard(&redis), ["alice", "100"]);
 
     // lockrun's own lock is still deleted by --force.
-    let mut holder = lockrun(&redis);
+    let mut holder = Lockrun::on(&redis);
     holder.args(["--min-hold", "30s", "stuck", "--", "true"]);
     assert_eq!(run(holder).status.code(), Some(0));
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["release", "--force", "stuck"]);
     assert_eq!(run(cmd).status.code(), Some(0));
     assert!(!redis.exists("stuck"));

@@ -7,7 +7,7 @@ use crate::support::*;
 use std::process::Command;
 
 /// `lockrun …` run by `bash -c 'ulimit …; exec lockrun …'`, as user `as_user` if given.
-fn limited(redis: &Redis, ulimit: &str, as_user: Option<&str>, args: &[&str]) -> Command {
+fn limited(redis: &Server, ulimit: &str, as_user: Option<&str>, args: &[&str]) -> Command {
     let mut cmd = match as_user {
         Some(user) => {
             let mut c = Command::new("setpriv");
@@ -35,7 +35,7 @@ fn limited(redis: &Redis, ulimit: &str, as_user: Option<&str>, args: &[&str]) ->
 /// process limit (71, EX_OSERR), and the lock is released.
 #[test]
 fn a_process_limit_is_said_and_is_71() {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     // Root is exempt from RLIMIT_NPROC: the run is nobody's, whose processes are few.
     let out = run(limited(
         &redis,
@@ -56,7 +56,7 @@ fn a_process_limit_is_said_and_is_71() {
 /// `--wait` retried it as an outage. It is the descriptor limit (71), not retried.
 #[test]
 fn a_descriptor_limit_is_said_and_is_not_waited_out() {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let started = std::time::Instant::now();
     for wait in [&[][..], &["--wait", "20s"]] {
         let mut args = wait.to_vec();
@@ -80,8 +80,8 @@ fn a_descriptor_limit_is_said_and_is_not_waited_out() {
 /// An empty command name took the lock and then exited 127: refused (64) before locking.
 #[test]
 fn an_empty_command_name_is_refused_before_locking() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["k", "--", ""]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
@@ -95,14 +95,14 @@ fn an_empty_command_name_is_refused_before_locking() {
 /// ./crlf.sh"; the missing interpreter is named, its CR shown escaped.
 #[test]
 fn a_crlf_shebang_names_its_interpreter() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("crlf.sh");
     std::fs::write(&script, "#!/bin/sh\r\necho hi\r\n").unwrap();
     let mut perms = std::fs::metadata(&script).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&script, perms).unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("k").arg("--").arg(&script);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -116,9 +116,9 @@ fn a_crlf_shebang_names_its_interpreter() {
 /// ("cannot execute echo: Argument list too long" blamed the command): refused (64) at once.
 #[test]
 fn a_key_too_long_for_the_commands_environment_is_refused() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let key = "K".repeat(131_066);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([key.as_str(), "--", "echo", "ran"]);
     let out = run(cmd);
     let err = stderr_of(&out);

@@ -4,12 +4,12 @@
 
 use crate::support::fake::Fake;
 use crate::support::*;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A failing run: exit 69 within `within`, one line of stderr mentioning every `needle`.
-fn refused(cmd: Command, within: Duration, needles: &[&str]) -> String {
+fn refused(cmd: Lockrun, within: Duration, needles: &[&str]) -> String {
     let started = Instant::now();
     let out = run(cmd);
     let took = started.elapsed();
@@ -35,17 +35,17 @@ const ACL_LINE: &str =
     +xadd +xrevrange +scan";
 
 /// A user made by the README's line, named `name`, without the word `without` ("": all).
-fn acl_user(redis: &Redis, name: &str, without: &str) -> String {
+fn acl_user(redis: &Server, name: &str, without: &str) -> String {
     let words: Vec<&str> = ACL_LINE
         .split_whitespace()
         .map(|w| if w == "lockrun" { name } else { w })
         .filter(|w| *w != without)
         .collect();
     redis.cmd::<()>(&words);
-    format!("redis://{name}:lock-Pw-3@127.0.0.1:{}", redis.port.unwrap())
+    format!("redis://{name}:lock-Pw-3@127.0.0.1:{}", redis.port())
 }
 
-fn exists_in(redis: &Redis, db: u8, key: &str) -> bool {
+fn exists_in(redis: &Server, db: u8, key: &str) -> bool {
     let url = format!("unix://{}?db={db}", redis.socket.display());
     let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
     redis::cmd("EXISTS")
@@ -55,10 +55,8 @@ fn exists_in(redis: &Redis, db: u8, key: &str) -> bool {
         == 1
 }
 
-fn lockrun_at(url: &str) -> Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(url);
-    cmd
+fn lockrun_at(url: &str) -> Lockrun {
+    Lockrun::bare().url(url)
 }
 
 #[test]
@@ -70,7 +68,7 @@ fn the_documented_acl_line_is_enough_for_every_path() {
         readme.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
         "README must show: {squeezed}"
     );
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = acl_user(&redis, "lockrun", "");
     // A database other than 0 (SELECT) too.
     for url in [url.clone(), format!("{url}/1")] {
@@ -126,7 +124,7 @@ fn the_documented_acl_line_is_enough_for_every_path() {
     let runs: i64 = redis.cmd(&["XLEN", "lockrun:history:{acl}"]);
     assert_eq!(runs, 1, "the run of 'acl' in database 0 recorded");
     for verb in [&["status", "acl"][..], &["list"], &["history", "acl"]] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.arg(verb[0]).arg("-r").arg(&url).args(&verb[1..]);
         let out = run(cmd);
         assert!(
@@ -142,7 +140,7 @@ fn the_documented_acl_line_is_enough_for_every_path() {
 fn a_user_without_evalsha_still_locks_by_eval() {
     // ACL lines written before lockrun sent scripts by SHA-1 have +eval only: lockrun then
     // sends the scripts whole, quietly (one refused EVALSHA per run).
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = acl_user(&redis, "nosha", "+evalsha");
     for _ in 0..2 {
         let mut cmd = lockrun_at(&url);
@@ -159,7 +157,7 @@ fn a_user_without_evalsha_still_locks_by_eval() {
 fn a_command_denied_inside_a_script_exits_69_naming_it() {
     // EVAL is allowed, SET (which the acquire script calls) is not. Before: exit 64,
     // "Redis rejected the lock script: … can't run this command or subcommand …".
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = acl_user(&redis, "noset", "+set");
     for wait in [&[][..], &["--wait", "20s"]] {
         let mut cmd = lockrun_at(&url);
@@ -182,7 +180,7 @@ fn a_command_denied_inside_a_script_exits_69_naming_it() {
 fn a_waiter_that_may_not_subscribe_exits_69_at_once() {
     // Before: the refused SUBSCRIBE was ignored and the waiter polled, exit 0 once the
     // hand-set key expired (~4 s), the configuration mistake never reported.
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let no_channel = acl_user(&redis, "nochan", "&lockrun:wake:*");
     let no_subscribe = acl_user(&redis, "nosub", "+subscribe");
     for (url, needle) in [
@@ -204,7 +202,7 @@ fn a_waiter_that_may_not_subscribe_exits_69_at_once() {
 fn a_database_the_user_may_not_select_exits_69_at_once() {
     // redis-rs wraps the refused SELECT; before, it read as "unavailable" and --wait retried
     // it until the wait ended.
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let url = acl_user(&redis, "noselect", "+select");
     let mut cmd = lockrun_at(&format!("{url}/3"));
     cmd.args(["--wait", "20s", "select", "true"]);
@@ -218,44 +216,17 @@ fn a_database_the_user_may_not_select_exits_69_at_once() {
     );
 }
 
-/// A server started by hand (options the harness does not take). SIGKILLed on drop, also when
-/// the test fails: a server that cannot save refuses SIGTERM.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A redis-server on a unix socket in `dir` with extra `args`, ready; and its socket.
-fn server(dir: &Path, args: &[&str]) -> (Server, PathBuf) {
-    let sock = dir.join("s.sock");
-    let child = Command::new(redis_server_binary())
-        .args(["--port", "0", "--unixsocket"])
-        .arg(&sock)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(Server)
-        .unwrap();
-    let client = redis::Client::open(format!("unix://{}", sock.display())).unwrap();
-    eventually("the server to answer", || {
-        client
-            .get_connection()
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
-    });
-    (child, sock)
+/// A server on a unix socket with extra `args`, ready; and its socket.
+fn server(args: &[&str]) -> (Server, PathBuf) {
+    let server = Server::start_with_args(args);
+    let sock = server.socket.clone();
+    (server, sock)
 }
 
 #[test]
 fn a_server_without_eval_is_refused_not_misused() {
     // Before: exit 64 with the start of lockrun's script in the message.
-    let dir = tempfile::tempdir().unwrap();
-    let (_server, sock) = server(dir.path(), &["--save", "", "--rename-command", "EVAL", ""]);
+    let (_server, sock) = server(&["--save", "", "--rename-command", "EVAL", ""]);
     let url = format!("unix://{}", sock.display());
     for wait in [&[][..], &["--wait", "20s"]] {
         let mut cmd = lockrun_at(&url);
@@ -273,10 +244,7 @@ fn a_server_that_cannot_persist_is_waited_out() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let (_server, sock) = server(
-        dir.path(),
-        &["--save", "3600 1", "--dir", data.to_str().unwrap()],
-    );
+    let (_server, sock) = server(&["--save", "3600 1", "--dir", data.to_str().unwrap()]);
     // The save cannot write into a directory that is gone.
     std::fs::remove_dir_all(&data).unwrap();
     let client = redis::Client::open(format!("unix://{}", sock.display())).unwrap();
@@ -319,24 +287,20 @@ fn a_server_that_cannot_persist_is_waited_out() {
 /// script's SHA and arguments (issue 24, item 10).
 #[test]
 fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_server, sock) = server(
-        dir.path(),
-        &[
-            "--save",
-            "",
-            "--rename-command",
-            "EVAL",
-            "",
-            "--rename-command",
-            "EVALSHA",
-            "",
-        ],
-    );
+    let (_server, sock) = server(&[
+        "--save",
+        "",
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
     let no_scripts = format!("unix://{}", sock.display());
-    let set = topology::ReplicaSet::start(0);
-    let sentinels = topology::Sentinels::start(&set, 1);
-    let sentinel = format!("redis://127.0.0.1:{}", sentinels.nodes[0].port);
+    let set = ReplicaSet::start(0);
+    let sentinels = Sentinels::start(&set, 1);
+    let sentinel = format!("redis://127.0.0.1:{}", sentinels.nodes[0].port());
     let errors = Fake::start(b"-ERR this server says no\r\n");
     let ok = Fake::start(b"+OK\r\n");
     let one = Fake::start(b":1\r\n");
@@ -370,8 +334,7 @@ fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
 /// refused at once, like a wrong password (issue 24, item 11).
 #[test]
 fn a_database_the_server_does_not_have_is_refused_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_server, sock) = server(dir.path(), &["--save", "", "--databases", "16"]);
+    let (_server, sock) = server(&["--save", "", "--databases", "16"]);
     for url in [
         format!("unix://{}?db=16", sock.display()),
         format!("redis+unix://{}?db=99", sock.display()),
@@ -389,10 +352,10 @@ fn a_database_the_server_does_not_have_is_refused_at_once() {
 #[test]
 fn environment_mistakes_name_the_variable_and_a_flag_wins() {
     use std::os::unix::ffi::OsStrExt;
-    let redis = Redis::start();
+    let redis = Server::start();
     let bad = std::ffi::OsStr::from_bytes(b"3\xffs");
     for var in ["LOCKRUN_TTL", "LOCKRUN_REDIS_URL", "LOCKRUN_EVERY"] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.env(var, bad).args(["k", "--", "echo", "ran"]);
         let out = run(cmd);
         let err = stderr_of(&out);
@@ -403,7 +366,7 @@ fn environment_mistakes_name_the_variable_and_a_flag_wins() {
         ("LOCKRUN_NODE_TIMEOUT", "20s", "LOCKRUN_NODE_TIMEOUT"),
         ("LOCKRUN_TLS_INSECURE", "1", "LOCKRUN_TLS_INSECURE"),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.env(var, value).args(["k", "--", "echo", "ran"]);
         let out = run(cmd);
         let err = stderr_of(&out);
@@ -411,17 +374,17 @@ fn environment_mistakes_name_the_variable_and_a_flag_wins() {
         assert!(err.contains(says), "{var}: {err}");
     }
     // LOCKRUN_QUIET=1 with -v: the flag wins (debug lines are printed); -q -v together conflict.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_QUIET", "1")
         .args(["-v", "k", "--", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(stderr_of(&out).contains("DEBUG"), "{}", stderr_of(&out));
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-q", "-v", "k", "--", "true"]);
     assert_eq!(run(cmd).status.code(), Some(64));
     // `list ''` matched nothing, silently.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["list", "", "-r"]).arg(redis.url());
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));

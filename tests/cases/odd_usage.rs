@@ -1,4 +1,4 @@
-//! Issue 10's odd usage, one test per item handled here: forgiving configuration, messages that
+//! Odd usage (issue 10), one test per item handled here: forgiving configuration, messages that
 //! say what is wrong, log lines that stay one line, and the command's signal dispositions.
 
 use crate::support::*;
@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 /// A failing run's stderr: the documented code, one line, mentioning `needle`.
-fn assert_one_line(cmd: Command, code: i32, needle: &str) -> String {
+fn assert_one_line(cmd: Lockrun, code: i32, needle: &str) -> String {
     let out = run(cmd);
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(code), "{err}");
@@ -24,7 +24,7 @@ fn negative_numbers_are_out_of_range_not_unknown_flags() {
         (&["--limit", "-1"], "out of range: --limit is 1 to 100000"),
         (&["-l", "0"], "out of range"),
     ] {
-        let mut cmd = bare_lockrun();
+        let mut cmd = Lockrun::bare();
         cmd.args(["-r", "redis://127.0.0.1:1"])
             .args(args)
             .args(["k", "true"]);
@@ -34,9 +34,9 @@ fn negative_numbers_are_out_of_range_not_unknown_flags() {
 
 #[test]
 fn switches_in_the_environment_take_the_usual_spellings() {
-    let redis = Redis::start();
+    let redis = Server::start();
     for value in ["1", "yes", "on", "TRUE", "0", "no", "off", "false", ""] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.env("LOCKRUN_NO_GROUP", value)
             .env("LOCKRUN_SUBREAPER", value)
             .args(["switch", "true"]);
@@ -44,16 +44,16 @@ fn switches_in_the_environment_take_the_usual_spellings() {
         assert_eq!(out.status.code(), Some(0), "{value:?}: {}", stderr_of(&out));
     }
     // A value that is not a switch names the variable, not the flag only.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_NO_GROUP", "maybe")
         .args(["switch", "true"]);
     assert_one_line(cmd, 64, "from the environment variable LOCKRUN_NO_GROUP");
     // The same for any option's variable.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_TTL", "soon").args(["switch", "true"]);
     assert_one_line(cmd, 64, "from the environment variable LOCKRUN_TTL");
     // A flag on the command line wins, so an invalid variable does not matter then.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_TTL", "soon")
         .args(["-t", "5s", "switch", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
@@ -61,8 +61,8 @@ fn switches_in_the_environment_take_the_usual_spellings() {
 
 #[test]
 fn an_empty_variable_counts_as_unset() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     for var in [
         "LOCKRUN_TTL",
         "LOCKRUN_WAIT",
@@ -84,8 +84,8 @@ fn an_empty_variable_counts_as_unset() {
 
 #[test]
 fn quiet_has_a_variable_too() {
-    let redis = Redis::start();
-    let mut cmd = lockrun(&redis);
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
     cmd.env("LOCKRUN_QUIET", "1").args(["hush", "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0));
@@ -96,16 +96,16 @@ fn quiet_has_a_variable_too() {
 fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
     // Before: `information` was taken as a target name and silenced everything, fatal errors
     // included (exit 69 with an empty stderr).
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "information")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
     assert_one_line(cmd, 64, "'information' is not a level");
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "off")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
     assert_one_line(cmd, 64, "use -q");
     // A filter for some other target still lets lockrun's errors through.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "tokio=trace")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
     assert_one_line(cmd, 69, "unavailable");
@@ -115,14 +115,14 @@ fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
 fn a_log_level_in_lockrun_log_shows_that_level() {
     // Before: the "errors are always printed" directive replaced the level itself, so
     // LOCKRUN_LOG=info, =debug and =trace all printed errors only (an empty stderr for a run).
-    let redis = Redis::start();
+    let redis = Server::start();
     for (level, expect, absent) in [
         ("info", "redis lock acquired", "DEBUG"),
         ("debug", "DEBUG", "TRACE"),
         ("warn,lockrun=info", "redis lock released", "DEBUG"),
         ("warn", "", "INFO"),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.env("LOCKRUN_LOG", level).args(["levels", "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(0), "{level}");
@@ -134,7 +134,7 @@ fn a_log_level_in_lockrun_log_shows_that_level() {
 
 #[test]
 fn usage_errors_are_json_when_json_was_asked_for() {
-    let check = |mut cmd: Command| {
+    let check = |mut cmd: Lockrun| {
         cmd.args(["-t", "0", "k", "true"]);
         let out = run(cmd);
         assert_eq!(out.status.code(), Some(64));
@@ -147,14 +147,14 @@ fn usage_errors_are_json_when_json_was_asked_for() {
             .unwrap()
             .contains("TTL must be between"));
     };
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args(["--log-format", "json"]);
     check(cmd);
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG_FORMAT", "json");
     check(cmd);
     // A bad LOCKRUN_LOG is reported the same way.
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "loud").args([
         "--log-format=json",
         "-r",
@@ -169,10 +169,10 @@ fn usage_errors_are_json_when_json_was_asked_for() {
 
 #[test]
 fn control_characters_in_a_key_cannot_forge_log_lines() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let key = "evil\n2026-01-01T00:00:00Z  INFO redis lock released key=x\x1b[2J";
     redis.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args([key, "true"]);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(75));
@@ -184,11 +184,11 @@ fn control_characters_in_a_key_cannot_forge_log_lines() {
 
 #[test]
 fn a_script_whose_interpreter_is_missing_names_the_interpreter() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let script = redis.dir.path().join("job.sh");
     std::fs::write(&script, "#!/nonexistent/bin/interp -x\necho hi\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("interp").arg(&script);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -206,18 +206,15 @@ fn a_release_whose_reply_was_lost_is_not_reported_as_a_stolen_lock() {
     // but its reply never arrives; it times out after TTL/3 (1 s), and by then the replies flow
     // again, so the retry's answer ("not ours": the first attempt deleted it) is seen.
     use crate::support::proxy::{Fault, Proxy};
-    let redis = Redis::start_tcp();
-    let proxy = Proxy::start(std::net::SocketAddr::from((
-        [127, 0, 0, 1],
-        redis.port.expect("a TCP redis"),
-    )));
+    let redis = Server::start_tcp();
+    let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], redis.port())));
     // The server has lockrun's scripts already (as after any earlier run): a release by
     // EVALSHA is then executed at once, not answered NOSCRIPT (a lost NOSCRIPT reply is a
     // lost request, which is another test).
-    let mut warm = bare_lockrun();
+    let mut warm = Lockrun::bare();
     warm.arg("-r").arg(proxy.url()).args(["slowrel", "true"]);
     assert_eq!(run(warm).status.code(), Some(0));
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("-r")
         .arg(proxy.url())
         .args(["-t", "3s", "slowrel", "sleep", "0.4"]);
@@ -242,8 +239,8 @@ fn a_release_whose_reply_was_lost_is_not_reported_as_a_stolen_lock() {
 }
 
 /// SigIgn of the command, as lockrun started with `ignore_pipe` would give it.
-fn command_sigign(redis: &Redis, ignore_pipe: bool) -> u64 {
-    let mut cmd = lockrun(redis);
+fn command_sigign(redis: &Server, ignore_pipe: bool) -> u64 {
+    let mut cmd = Lockrun::on(redis);
     cmd.args(["pipe", "grep", "SigIgn", "/proc/self/status"]);
     // SAFETY: only signal(2) between fork and exec.
     unsafe {
@@ -265,7 +262,7 @@ fn command_sigign(redis: &Redis, ignore_pipe: bool) -> u64 {
 
 #[test]
 fn sigpipe_ignored_by_the_caller_stays_ignored_for_the_command() {
-    let redis = Redis::start();
+    let redis = Server::start();
     let pipe = 1u64 << (libc::SIGPIPE - 1);
     assert_eq!(
         command_sigign(&redis, true) & pipe,
@@ -281,7 +278,7 @@ fn sigpipe_ignored_by_the_caller_stays_ignored_for_the_command() {
 
 #[test]
 fn help_says_what_the_readme_says() {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("--help");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0));
@@ -306,7 +303,7 @@ fn help_says_what_the_readme_says() {
 /// to one and forgotten in the other fails here.
 #[test]
 fn the_readme_options_table_lists_every_option_in_help() {
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("--help");
     let help = stdout_of(&run(cmd));
     let readme =
@@ -383,7 +380,7 @@ fn a_waiter_outlasts_a_redis_that_is_not_up_yet() {
     // a second later. Before: exit 69 within milliseconds (the first subscribe was fatal).
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("later.sock");
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.arg("-r")
         .arg(format!("unix://{}", sock.display()))
         .args(["--wait", "15s", "later", "echo", "ran"])
@@ -413,14 +410,14 @@ fn a_waiter_outlasts_a_redis_that_is_not_up_yet() {
 
 #[test]
 fn a_waiter_whose_subscription_is_killed_subscribes_again() {
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["SET", "resub", "other", "PX", "4000"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["--wait", "15s", "resub", "true"]);
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().unwrap();
-    let pubsub = |r: &Redis| -> usize {
+    let pubsub = |r: &Server| -> usize {
         let list: String = r.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
         list.lines().count()
     };
@@ -436,9 +433,9 @@ fn a_waiter_whose_subscription_is_killed_subscribes_again() {
 fn a_connection_the_server_closed_costs_no_failed_renewal() {
     // The server drops clients idle for a second; renewals come every 2 s (TTL 6 s), each on a
     // connection the server has closed: one silent retry on a new connection, not a failure.
-    let redis = Redis::start();
+    let redis = Server::start();
     redis.cmd::<()>(&["CONFIG", "SET", "timeout", "1"]);
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.args(["-t", "6s", "idle", "sleep", "4.5"]);
     let out = run(cmd);
     let err = stderr_of(&out);
@@ -450,8 +447,8 @@ fn a_connection_the_server_closed_costs_no_failed_renewal() {
 
 #[test]
 fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
-    let redis = Redis::start_with_password("right-Pw-8");
-    let port = redis.port.unwrap();
+    let redis = Server::start_with_password("right-Pw-8");
+    let port = redis.port();
     redis.cmd::<()>(&[
         "ACL",
         "SETUSER",
@@ -491,7 +488,7 @@ fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
         ),
     ] {
         for wait in [&[][..], &["--wait", "20s"]] {
-            let mut cmd = bare_lockrun();
+            let mut cmd = Lockrun::bare();
             cmd.arg("-r").arg(&url).args(wait).args(["refused", "true"]);
             let started = std::time::Instant::now();
             let err = assert_one_line(cmd, 69, needle);
@@ -507,10 +504,10 @@ fn refusals_exit_69_with_what_to_fix_with_or_without_wait() {
 
 #[test]
 fn rediss_against_a_plain_text_port_says_so() {
-    let redis = Redis::start_tcp();
-    let mut cmd = bare_lockrun();
+    let redis = Server::start_tcp();
+    let mut cmd = Lockrun::bare();
     cmd.arg("-r")
-        .arg(format!("rediss://127.0.0.1:{}", redis.port.unwrap()))
+        .arg(format!("rediss://127.0.0.1:{}", redis.port()))
         .args(["-t", "1s", "tls-mismatch", "true"]);
     assert_one_line(cmd, 69, "is the server's port TLS-enabled?");
     assert!(!redis.exists("tls-mismatch"));
@@ -518,16 +515,16 @@ fn rediss_against_a_plain_text_port_says_so() {
 
 #[test]
 fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
-    let redis = Redis::start_tls_mutual();
+    let redis = Server::start_tls_mutual();
     let file = |f: &str| redis.dir.path().join(f);
     // No client certificate: the server refuses the handshake.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--tls-ca")
         .arg(file("ca.crt"))
         .args(["-t", "1s", "mtls", "true"]);
     assert_eq!(run(cmd).status.code(), Some(69));
     // CA and client certificate by option (no SSL_CERT_FILE): the job runs.
-    let mut cmd = lockrun(&redis);
+    let mut cmd = Lockrun::on(&redis);
     cmd.arg("--tls-ca")
         .arg(file("ca.crt"))
         .arg("--tls-cert")
@@ -546,14 +543,14 @@ fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
             "cannot read the --tls-ca file",
         ),
     ] {
-        let mut cmd = lockrun(&redis);
+        let mut cmd = Lockrun::on(&redis);
         cmd.current_dir(redis.dir.path())
             .args(args)
             .args(["mtls", "true"]);
         let err = assert_one_line(cmd, 64, needle);
         assert!(!err.contains(key_text.lines().nth(1).unwrap()), "{err}");
     }
-    let mut cmd = bare_lockrun();
+    let mut cmd = Lockrun::bare();
     cmd.args([
         "-r",
         "redis://127.0.0.1:1",

@@ -15,7 +15,7 @@ use crate::support::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const KEY: &str = "net-job";
 
-fn upstream(redis: &Redis) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], redis.port.expect("a TCP redis")))
+fn upstream(redis: &Server) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], redis.port()))
 }
 
 /// `proxy` after one run through it: the server then has lockrun's scripts, as after any
@@ -39,10 +39,8 @@ fn warmed(proxy: Proxy) -> Proxy {
 }
 
 /// lockrun whose every connection goes through `proxy`.
-fn via(proxy: &Proxy) -> Command {
-    let mut cmd = bare_lockrun();
-    cmd.arg("-r").arg(proxy.url());
-    cmd
+fn via(proxy: &Proxy) -> Lockrun {
+    Lockrun::bare().url(proxy.url())
 }
 
 /// lockrun's request timeout for a TTL, as the README states it: TTL/3 within 50 ms..3 s.
@@ -73,7 +71,7 @@ struct Bg {
 }
 
 impl Bg {
-    fn spawn(mut cmd: Command) -> Bg {
+    fn spawn(mut cmd: Lockrun) -> Bg {
         let mut child: Child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -124,7 +122,7 @@ struct KeyWatch {
 }
 
 impl KeyWatch {
-    fn start(redis: &Redis) -> KeyWatch {
+    fn start(redis: &Server) -> KeyWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let mut conn = redis.conn();
         let flag = stop.clone();
@@ -304,9 +302,9 @@ fn read_pid(path: &Path) -> i32 {
 
 /// A second lockrun straight to the server (not through the proxy), queued with `--wait`
 /// behind the current holder. Its job writes the realtime nanoseconds at which it began.
-fn queue_next_holder(redis: &Redis) -> (Bg, PathBuf) {
+fn queue_next_holder(redis: &Server) -> (Bg, PathBuf) {
     let begin = redis.dir.path().join("next.begin");
-    let mut cmd = lockrun(redis);
+    let mut cmd = Lockrun::on(redis);
     cmd.args(["--wait", "10s", KEY, "--", "sh", "-c"])
         .arg(format!("date +%s%N > '{}'", begin.display()));
     let mut next = Bg::spawn(cmd);
@@ -452,7 +450,7 @@ const LATE: Duration = Duration::from_millis(600);
 /// must die with its TTL; and a rival must get the lock once that lease is over.
 fn acquire_late(name: &str, fault: Fault) {
     let ttl = Duration::from_millis(300);
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let proxy = warmed(Proxy::start(upstream(&redis)));
     let marker = redis.dir.path().join("first.ran");
     let keys = KeyWatch::start(&redis);
@@ -468,7 +466,7 @@ fn acquire_late(name: &str, fault: Fault) {
     // The server does receive the acquire (at once, or after the request delay).
     keys.wait_for_holder(pid, LATE + Duration::from_secs(3));
     let begin = redis.dir.path().join("next.begin");
-    let mut rival = lockrun(&redis);
+    let mut rival = Lockrun::on(&redis);
     rival
         .args(["--wait", "5s", KEY, "--", "sh", "-c"])
         .arg(format!("date +%s%N > '{}'", begin.display()));
@@ -541,7 +539,7 @@ fn faults_net_acquire_reply_dropped() {
     let name = "acquire-reply-dropped";
     let ttl = Duration::from_millis(900);
     let timeout = request_timeout(ttl);
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let proxy = warmed(Proxy::start(upstream(&redis)));
     let marker = redis.dir.path().join("first.ran");
     let keys = KeyWatch::start(&redis);
@@ -599,7 +597,7 @@ fn faults_net_acquire_reply_dropped() {
 /// against a rival queued directly on the server: its job must begin strictly after ours
 /// ended. `exits` says which exit codes of the holder are acceptable.
 fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[i32]) {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let proxy = warmed(Proxy::start(upstream(&redis)));
     let pidfile = redis.dir.path().join("job.pid");
     let keys = KeyWatch::start(&redis);
@@ -691,7 +689,7 @@ fn faults_net_renewal_replies_delayed() {
 #[test]
 fn faults_net_connection_resets_during_job() {
     let name = "connection-resets";
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let proxy = warmed(Proxy::start(upstream(&redis)));
     let pidfile = redis.dir.path().join("job.pid");
     let keys = KeyWatch::start(&redis);
@@ -754,7 +752,7 @@ fn faults_net_connection_resets_during_job() {
 /// the black hole keep connections open, resets close them, and drop joins every thread.
 #[test]
 fn faults_net_proxy_self_test() {
-    let redis = Redis::start_tcp();
+    let redis = Server::start_tcp();
     let proxy = Proxy::start(upstream(&redis));
     let connect = || {
         let s = TcpStream::connect(("127.0.0.1", proxy.port)).unwrap();
@@ -845,7 +843,7 @@ fn faults_net_proxy_self_test() {
     eventually("reset connections unregistered", || {
         proxy.connections_open() == 0
     });
-    let server_clients = |redis: &Redis| {
+    let server_clients = |redis: &Server| {
         let list: String = redis.cmd(&["CLIENT", "LIST"]);
         list.lines()
             .filter(|l| l.contains("addr=127.0.0.1"))

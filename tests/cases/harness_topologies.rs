@@ -1,7 +1,7 @@
 //! The harness's Sentinel and Cluster topologies work as the availability tests will assume:
 //! the Sentinels agree on the master and fail over; the cluster serves every slot.
 
-use crate::support::topology::{Cluster, ReplicaSet, Sentinels};
+use crate::support::{Cluster, ReplicaSet, Sentinels};
 
 #[test]
 fn topology_ports_are_never_handed_out_twice_nor_from_the_ephemeral_range() {
@@ -24,13 +24,13 @@ fn topology_ports_are_never_handed_out_twice_nor_from_the_ephemeral_range() {
 fn topology_sentinels_name_the_master_and_fail_over() {
     let set = ReplicaSet::start(2);
     let sentinels = Sentinels::start(&set, 3);
-    assert_eq!(sentinels.master_port(), set.master.port);
+    assert_eq!(sentinels.master_port(), set.master.port());
     let new = sentinels.failover();
     assert!(
-        set.replicas.iter().any(|r| r.port == new),
+        set.replicas.iter().any(|r| r.port() == new),
         "promoted {new}, not one of the replicas"
     );
-    let promoted = set.nodes().find(|n| n.port == new).unwrap();
+    let promoted = set.nodes().find(|n| n.port() == new).unwrap();
     assert_eq!(promoted.cli(&["SET", "after-failover", "1"]), "OK");
 }
 
@@ -40,7 +40,12 @@ fn topology_cluster_serves_every_slot() {
     for key in ["a", "b", "nightly-report", "{tenant}:x"] {
         assert_eq!(cluster.cli(&["SET", key, "1"]), "OK", "{key}");
         let owner = cluster.owner_of(key);
-        assert_eq!(owner.cli(&["EXISTS", key]), "1", "{key} on {}", owner.port);
+        assert_eq!(
+            owner.cli(&["EXISTS", key]),
+            "1",
+            "{key} on {}",
+            owner.port()
+        );
     }
 }
 
@@ -48,7 +53,7 @@ fn topology_cluster_serves_every_slot() {
 fn topology_password_protected_set_and_sentinels_refuse_strangers_and_fail_over() {
     let set = ReplicaSet::start_with_password(1, "data-pw");
     let sentinels = Sentinels::start_with_password(&set, 3, "sentinel-pw");
-    assert_eq!(sentinels.master_port(), set.master.port);
+    assert_eq!(sentinels.master_port(), set.master.port());
     // Without a password every node refuses (try_cli sees the NOAUTH error as no answer).
     let stranger = |port: u16| {
         std::process::Command::new("redis-cli")
@@ -58,10 +63,10 @@ fn topology_password_protected_set_and_sentinels_refuse_strangers_and_fail_over(
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap()
     };
-    assert!(stranger(set.master.port).contains("NOAUTH"));
-    assert!(stranger(sentinels.nodes[0].port).contains("NOAUTH"));
+    assert!(stranger(set.master.port()).contains("NOAUTH"));
+    assert!(stranger(sentinels.nodes[0].port()).contains("NOAUTH"));
     let new = sentinels.failover();
-    assert_eq!(new, set.replicas[0].port);
+    assert_eq!(new, set.replicas[0].port());
     assert_eq!(set.node(new).cli(&["SET", "after-failover", "1"]), "OK");
 }
 
@@ -86,10 +91,10 @@ fn topology_cluster_with_replicas_fails_over_a_shard() {
     let cluster = Cluster::start_with_replicas(3, 1);
     assert_eq!(cluster.masters().count(), 3);
     assert_eq!(cluster.cli(&["SET", "moving", "1"]), "OK");
-    let old = cluster.owner_of("moving").port;
+    let old = cluster.owner_of("moving").port();
     let new = cluster.failover_shard_of("moving");
-    assert_ne!(new.port, old);
-    assert_eq!(cluster.owner_of("moving").port, new.port);
+    assert_ne!(new.port(), old);
+    assert_eq!(cluster.owner_of("moving").port(), new.port());
     assert!(new.exists("moving"), "a manual failover loses nothing");
     assert_eq!(cluster.masters().count(), 3);
 }
@@ -98,7 +103,7 @@ fn topology_cluster_with_replicas_fails_over_a_shard() {
 fn topology_tls_sentinels_and_cluster_work_over_tls_only() {
     let set = ReplicaSet::start_tls(1);
     let sentinels = Sentinels::start(&set, 3);
-    assert_eq!(sentinels.master_port(), set.master.port);
+    assert_eq!(sentinels.master_port(), set.master.port());
     assert_eq!(set.master.cli(&["SET", "over-tls", "1"]), "OK");
     set.wait_replicated("over-tls");
     let cluster = Cluster::start_tls(3);
@@ -106,7 +111,7 @@ fn topology_tls_sentinels_and_cluster_work_over_tls_only() {
     assert!(cluster.owner_of("over-tls").exists("over-tls"));
     // Plain text is refused: the ports speak only TLS.
     let plain = std::process::Command::new("redis-cli")
-        .args(["-p", &set.master.port.to_string(), "PING"])
+        .args(["-p", &set.master.port().to_string(), "PING"])
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&plain.stdout).contains("PONG"));
