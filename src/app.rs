@@ -243,8 +243,9 @@ fn held_entries() -> impl Iterator<Item = HeldEntry> {
     entries.into_iter()
 }
 
-/// `LOCKRUN_HELD` for the job: every enclosing holder's entry (an older lockrun's
-/// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` among them), then this one's. A list that would outgrow one
+/// `LOCKRUN_HELD` for the job: every enclosing holder's entry (the nearest one's
+/// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` too, when a job passed on only those, as the README's
+/// reentrancy section has it), then this one's. A list that would outgrow one
 /// environment entry drops its oldest entries first.
 fn held_with(key: &str, token: &str, fence: u64) -> String {
     let own = key_digest(key);
