@@ -244,7 +244,7 @@ fn held_entries() -> impl Iterator<Item = HeldEntry> {
 }
 
 /// `LOCKRUN_HELD` for the job: every enclosing holder's entry (the nearest one's
-/// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` too, when a job passed on only those, as the README's
+/// `LOCKRUN_KEY`/`LOCKRUN_TOKEN` too, when a job passed on only those, as the guide's
 /// reentrancy section has it), then this one's. A list that would outgrow one
 /// environment entry drops its oldest entries first.
 fn held_with(key: &str, token: &str, fence: u64) -> String {

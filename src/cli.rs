@@ -405,7 +405,7 @@ pub enum Invocation {
 
 /// The command line, described once: the run form ([`Args`]) with the operators' commands
 /// ([`verbs::Verb`]) and `run`, the explicit run form, as its subcommands. Parsing uses it, and
-/// so do `--help`, the man pages, the completions and the README's options table
+/// so do `--help`, the man pages, the completions and docs/guide.md's options table
 /// (`examples/gen-docs.rs`).
 ///
 /// A subcommand is taken only as the first word (`args_conflicts_with_subcommands`), so a

@@ -12,7 +12,7 @@
 # The availability suite (tests/cases/ha_*.rs: Sentinel, Cluster and Redlock under partitions,
 # restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
 # LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the
-# availability table's rows; bash tests/ha-table.sh regenerates the README's table.
+# availability table's rows; bash tests/ha-table.sh regenerates docs/availability.md's table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh

@@ -292,7 +292,7 @@ impl LockService for Redlock {
                     holder: holder.clone(),
                     // Any two majorities share a node, whose counter grew between their
                     // holders: the maximum is above every fence an earlier majority handed out
-                    // on that node (README: Several masters).
+                    // on that node (docs/availability.md: Several masters).
                     fence,
                     sent_at,
                     confirmed_at,

@@ -138,7 +138,7 @@ fn doctor_says_cannot_check_what_the_user_may_not_ask() {
     assert!(!stderr_of(&out).contains("doc-Pw-1"));
 }
 
-/// The README's ACL line of an older lockrun: without +evalsha, +xadd, +xrevrange and +scan
+/// The documented ACL line of an older lockrun: without +evalsha, +xadd, +xrevrange and +scan
 /// (the run history and the operators' commands came later).
 const LOCKRUN_RULES: &str = "resetchannels &lockrun:wake:* -@all +eval +subscribe +select \
     +del +exists +get +pexpire +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \

@@ -68,7 +68,7 @@ fn ha_cluster_primary_killed_right_after_an_acquire() {
     // Without --acks the replica has the key only if replication got it there before the
     // primary died (on loopback it usually does: the holder's job ends 0). If not, the write
     // is lost: the rival acquires on the promoted replica, the holder's next renewal finds the
-    // key gone and its job is stopped (76), and the README bounds the overlap by TTL/3 + one
+    // key gone and its job is stopped (76), and availability.md bounds the overlap by TTL/3 + one
     // request timeout (TTL/3, at most 3 s) + the grace (min(--kill-after, TTL/3)).
     scenario(
         "the key's primary SIGKILLed right after an acquire, no `--acks` (documented overlap)",
@@ -84,7 +84,7 @@ fn ha_cluster_primary_killed_right_after_an_acks_acquire() {
     // With --acks 1 the replica had the key: no overlap. The promoted replica has no replica
     // of its own: the holder's job (shorter than its acknowledged lease) ends with its own
     // code, but nobody else can acquire with --acks 1 until the shard has a replica again:
-    // the rival exits 69 when its wait ends (README: `--acks N` needs N replicas after a
+    // the rival exits 69 when its wait ends (availability.md: `--acks N` needs N replicas after a
     // failover too).
     scenario(
         "the key's primary SIGKILLed right after an acquire, `--acks 1`",

@@ -33,11 +33,12 @@ const REPLICAS: [&str; 3] = ["b1", "b2", "b3"];
 /// Slots per shard, in order (a1 gets the first range).
 const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
 
-/// The README's bound on an overlap after a failover lost a write (Availability, "When a
-/// failover loses the key"): TTL/3 + one request timeout (TTL/3 by default, at most 3 s) + the
-/// grace (min(--kill-after, TTL/3)); in a Cluster, for a holder that reaches only the cut-off
-/// primary, TTL/3 + 1.5 × `cluster-node-timeout` + 100 ms if that is more (README, Cluster: the
-/// cut-off primary accepts renewals until it flags the others as failing).
+/// availability.md's bound on an overlap after a failover lost a write ("When a failover loses
+/// the key"): TTL/3 + one request timeout (TTL/3 by default, at most 3 s) + the grace
+/// (min(--kill-after, TTL/3)); in a Cluster, for a holder that reaches only the cut-off primary,
+/// TTL/3 + 1.5 × `cluster-node-timeout` + 100 ms if that is more (availability.md, "Cluster
+/// under a partition": the cut-off primary accepts renewals until it flags the others as
+/// failing).
 fn lost_write_bound(ttl: u64, kill_after: u64, node_timeout: u64) -> Duration {
     let general = ttl / 3 + (ttl / 3).min(3000) + kill_after.min(ttl / 3);
     ms(general.max(ttl / 3 + node_timeout * 3 / 2 + 100))

@@ -1,4 +1,4 @@
-//! Redlock under faults, each scenario one row of the README's availability table
+//! Redlock under faults, each scenario one row of availability.md's table
 //! (`support::ha`): masters restarted empty or from their append-only file mid-lease, masters
 //! down longer than the TTL, masters' clocks stepped past the TTL (`support::clockshim`), on 3
 //! and 5 loopback masters. Each master also listens on a unix socket, for the checker.
@@ -18,7 +18,7 @@ const TTL_ARG: &str = "2s";
 /// The holder's job: long enough for several renewals after the fault.
 const HOLD_MS: u64 = 3000;
 
-/// What the README bounds an overlap by when a majority of the masters lose the key mid-lease
+/// What availability.md bounds an overlap by when a majority of the masters lose the key mid-lease
 /// (restarted empty, or their clocks stepped past the TTL): the holder's next renewal comes at
 /// most TTL/3 later, takes at most one node timeout to find the key gone on a majority, and
 /// the job is gone at most one grace (min(--kill-after, TTL/3)) after that.

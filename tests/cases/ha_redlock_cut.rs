@@ -3,7 +3,7 @@
 //! `w` (a `--wait` lockrun that reaches every master) and `r` (a rival). A client's host is cut
 //! off from a minority or from a majority of the masters; the test watches the masters through
 //! their unix sockets, and the jobs report to the chaos recorder on the test's own loopback.
-//! Each test is one row of the availability table (support::ha), its promise what the README
+//! Each test is one row of the availability table (support::ha), its promise what availability.md
 //! says (Several masters (Redlock)): a holder cut off from a minority keeps the lock, one cut
 //! off from a majority is stopped before its lease ends (76), a rival cut off from a majority
 //! never gets the lock (75 when a master it reaches says the lock is held, else 69).

@@ -17,7 +17,7 @@ const TTL_MS: i64 = 12_000;
 fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() {
     // Redis replicates a key's expiry as an absolute time: on a replica whose clock is δ ahead
     // the lease ends δ early. After a failover to it, another holder may acquire while the old
-    // one still runs, until the old one's renewal finds the key gone there; the README bounds
+    // one still runs, until the old one's renewal finds the key gone there; availability.md bounds
     // that overlap by δ (the old holder's deadline is at most δ after the key's end there).
     let mut runs = Runs::new(
         &format!(

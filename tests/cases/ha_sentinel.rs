@@ -4,7 +4,7 @@
 //! namespace (support::netns). The test watches and steers the servers through unix sockets,
 //! so no partition hides what they hold; the jobs report to the chaos recorder on the test's
 //! own loopback. Each test is one row of the availability table (support::ha): its promise is
-//! what the README says for that case.
+//! what docs/availability.md says for that case.
 //!
 //! `LOCKRUN_FAULTS_SCALE=N` runs each scenario N times; `LOCKRUN_HA_REPORT=<file>` collects the
 //! rows.
@@ -30,7 +30,7 @@ const SERVICE: &str = "ha";
 const PORT: u16 = 6379;
 const SENTINEL_PORT: u16 = 26379;
 
-/// The README's bound on an overlap after a failover lost the lock (Availability, "When a
+/// availability.md's bound on an overlap after a failover lost the lock (Availability, "When a
 /// failover loses the key"): the holder's next renewal comes at most TTL/3 later, takes at
 /// most one request timeout (TTL/3), and the job then has the grace (min(--kill-after, TTL/3))
 /// to go.
@@ -395,7 +395,7 @@ fn ha_sentinel_primary_killed_after_acquire_with_acks() {
     runs.finish();
 }
 
-/// A lock taken over on the cut-off primary (README, the advice on `min-replicas-max-lag`).
+/// A lock taken over on the cut-off primary (availability.md: the advice on max-lag).
 /// The holder is on the majority side, so its key on the cut-off primary is no longer renewed
 /// and expires there 2·TTL/3 to TTL after the cut; the sentinels take longer than the TTL to
 /// fail over (down-after-milliseconds = TTL), so until then they still name the cut-off
@@ -510,7 +510,7 @@ fn accepts_writes_for(lag: u64) -> u64 {
     primary.accepts_writes_since("probe", Instant::now())
 }
 
-/// The premise of the README's advice on `min-replicas-max-lag`: a primary cut off from its
+/// The premise of availability.md's advice on `min-replicas-max-lag`: a primary cut off from its
 /// replicas refuses writes within max-lag + 1 s of the cut (replicas acknowledge once a
 /// second; the lag is counted in whole seconds).
 #[test]

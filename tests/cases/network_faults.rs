@@ -43,7 +43,7 @@ fn via(proxy: &Proxy) -> Lockrun {
     Lockrun::bare().url(proxy.url())
 }
 
-/// lockrun's request timeout for a TTL, as the README states it: TTL/3 within 50 ms..3 s.
+/// lockrun's request timeout for a TTL, as docs/safety.md states it: TTL/3 within 50 ms..3 s.
 fn request_timeout(ttl: Duration) -> Duration {
     (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(3))
 }
@@ -97,7 +97,7 @@ impl Bg {
     }
 }
 
-/// The holder value a lockrun writes names its pid (README: `<id> host=… pid=<pid> …`).
+/// The holder value a lockrun writes names its pid (docs/guide.md: `<id> host=… pid=<pid> …`).
 fn is_value_of(value: &str, pid: u32) -> bool {
     let tag = format!("pid={pid}");
     value.split_whitespace().any(|w| w == tag)
@@ -683,7 +683,7 @@ fn faults_net_renewal_replies_delayed() {
 }
 
 /// Scenario 5: the holder's connections are reset every ~100 ms while its job runs. Completing
-/// the job (0) is what a healthy machine shows (README: Safety); stopping it in time (76) is
+/// the job (0) is what a healthy machine shows (docs/safety.md); stopping it in time (76) is
 /// accepted too: on a slow day here (`true` taking 3 ms and more) a renewal could not get
 /// through between resets, at TTL 600 ms nor at 1.5 s. Overlapping the next holder never is.
 #[test]

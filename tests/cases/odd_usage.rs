@@ -299,16 +299,16 @@ fn help_says_what_the_readme_says() {
     assert!(!help.contains("=]"), "{help}");
 }
 
-/// The README's Options table and `--help` name the same options and variables: a flag added
-/// to one and forgotten in the other fails here.
+/// The guide's Options table (docs/guide.md) and `--help` name the same options and variables: a
+/// flag added to one and forgotten in the other fails here.
 #[test]
 fn the_readme_options_table_lists_every_option_in_help() {
     let mut cmd = Lockrun::bare();
     cmd.arg("--help");
     let help = stdout_of(&run(cmd));
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let table: String = readme
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide.md")).unwrap();
+    let table: String = guide
         .split("## Options")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
@@ -348,7 +348,7 @@ fn the_readme_options_table_lists_every_option_in_help() {
     assert_eq!(
         help_longs,
         longs(&columns),
-        "--help vs the README's Options table"
+        "--help vs the guide's Options table"
     );
     let help_vars: std::collections::BTreeSet<String> = help
         .split("[env: ")
@@ -365,13 +365,10 @@ fn the_readme_options_table_lists_every_option_in_help() {
     ] {
         assert!(
             table_vars.remove(env_only),
-            "{env_only} missing from the README"
+            "{env_only} missing from the guide's Options table"
         );
     }
-    assert_eq!(
-        help_vars, table_vars,
-        "--help vs the README's Options table"
-    );
+    assert_eq!(help_vars, table_vars, "--help vs the guide's Options table");
 }
 
 #[test]

@@ -27,14 +27,14 @@ fn refused(cmd: Lockrun, within: Duration, needles: &[&str]) -> String {
     err
 }
 
-/// The ACL line the README documents, word for word (split for ACL SETUSER).
+/// The ACL line docs/availability.md documents, word for word (split for ACL SETUSER).
 const ACL_LINE: &str =
     "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
     -@all +eval +evalsha +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
     +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore \
     +xadd +xrevrange +scan";
 
-/// A user made by the README's line, named `name`, without the word `without` ("": all).
+/// A user made by the documented line, named `name`, without the word `without` ("": all).
 fn acl_user(redis: &Server, name: &str, without: &str) -> String {
     let words: Vec<&str> = ACL_LINE
         .split_whitespace()
@@ -61,12 +61,12 @@ fn lockrun_at(url: &str) -> Lockrun {
 
 #[test]
 fn the_documented_acl_line_is_enough_for_every_path() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/availability.md"))
+        .unwrap();
     let squeezed = ACL_LINE.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        readme.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
-        "README must show: {squeezed}"
+        doc.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
+        "docs/availability.md must show: {squeezed}"
     );
     let redis = Server::start_tcp();
     let url = acl_user(&redis, "lockrun", "");
