@@ -548,7 +548,7 @@ pub const EXIT_CODES: [(&str, &str); 10] = [
 /// How every option's variable works, said once for all of them (each option names its own).
 pub const ENV_RULES: &str = "Every option also reads the LOCKRUN_* variable shown with it: a \
 flag wins over the variable, an empty variable counts as unset, switches take 1/0, yes/no, \
-on/off, true/false. Read without an option of their own:";
+on/off, true/false.";
 
 /// Variables read without an option of their own: (variable, default, what it does).
 pub const ENV_ONLY: [(&str, &str, &str); 3] = [
@@ -603,7 +603,11 @@ fn after_long_help() -> String {
         text.push_str(&hang(&format!("  {code}"), code_width + 4, what));
     }
     text.push_str("\n\nEnvironment:\n");
-    text.push_str(&hang("", 2, ENV_RULES));
+    text.push_str(&hang(
+        "",
+        2,
+        &format!("{ENV_RULES} Read without an option of their own:"),
+    ));
     for (var, _, what) in ENV_ONLY {
         text.push('\n');
         text.push_str(&hang(&format!("  {var}"), 10, what));

@@ -48,7 +48,10 @@ pub enum Verb {
 /// A command's help flag, and what the run form's shared options say that is not true of a
 /// command: its `-q` has no `-E` to pair with, its requests no TTL to fit in.
 pub(super) fn for_a_verb(cmd: clap::Command) -> clap::Command {
-    cmd.arg(super::help_flag())
+    // Off here as well as on the whole command (where it is global), so that a command taken
+    // alone (its man page) still has one help flag.
+    cmd.disable_help_flag(true)
+        .arg(super::help_flag())
         .mut_arg("quiet", |a| {
             a.long_help("Print errors only\n\nLOCKRUN_QUIET yields to -v.")
         })
