@@ -51,7 +51,7 @@ const OUTPUT: &str = "Output";
     name = "lockrun",
     version,
     override_usage = "lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...\n       \
-                      lockrun <status|list|release|history|doctor> ...  (each with -h)",
+                      lockrun <status|list|release|history|doctor|run> ...  (each with -h)",
     about = "Run a command under a distributed lock held in Redis: flock(1) across hosts."
 )]
 pub struct Args {
