@@ -3,6 +3,10 @@
 //!
 //! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
+//!
+//! Help comes in two tiers: `-h` fits a screen (each option's first paragraph, one line, the
+//! common options only), `--help` has everything (the later paragraphs, the rare options, the
+//! variables, every exit code).
 
 use crate::duration::{self, Wait};
 use crate::exit_codes::ExitCode;
@@ -546,7 +550,7 @@ pub const EXIT_CODES: [(&str, &str); 10] = [
 ];
 
 /// How every option's variable works, said once for all of them (each option names its own).
-pub const ENV_RULES: &str = "Every option also reads the LOCKRUN_* variable shown with it: a \
+pub const ENV_RULES: &str = "Every option also reads a LOCKRUN_* variable of its own: a \
 flag wins over the variable, an empty variable counts as unset, switches take 1/0, yes/no, \
 on/off, true/false.";
 
