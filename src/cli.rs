@@ -3,6 +3,10 @@
 //!
 //! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
+//!
+//! Help comes in two tiers: `-h` fits a screen (each option's first paragraph, one line, the
+//! common options only), `--help` has everything (the later paragraphs, the rare options, the
+//! variables, every exit code).
 
 use crate::duration::{self, Wait};
 use crate::exit_codes::ExitCode;
@@ -37,61 +41,67 @@ pub enum OnLost {
     Continue,
 }
 
+/// The headings options are grouped under in `--help` and `-h`, in this order (clap orders them
+/// by their first option: [`Args`]' fields come in that order).
+const LOCK: &str = "Lock";
+const JOB: &str = "Job";
+const CONNECTION: &str = "Redis connection";
+const TLS: &str = "TLS";
+const DURABILITY: &str = "Durability";
+const OUTPUT: &str = "Output";
+
 #[derive(Debug, PartialEq, Parser)]
 #[command(
     name = "lockrun",
     version,
-    override_usage = "lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...",
-    about = "Run a command under a distributed lock held in Redis: flock(1) across hosts.",
-    after_help = "Exit codes: the command's own; 128+N if it died of signal N; 75 (or -E) lock held \
-elsewhere; 76 lock lost; 64 usage error; 69 Redis unavailable; 70 internal error; \
-126/127 command not executable / not found.
-
-Other commands (each with --help): lockrun status <KEY>, lockrun list [PATTERN], \
-lockrun release <KEY> --force, lockrun history <KEY>, lockrun doctor [KEY]. \
-A lock named like one of them: lockrun run <KEY> [--] <COMMAND>..."
+    override_usage = "lockrun [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...\n       \
+                      lockrun <status|list|release|history|doctor|run> ...  (each with -h)",
+    about = "Run a command under a distributed lock held in Redis: flock(1) across hosts."
 )]
 pub struct Args {
-    #[command(flatten)]
-    pub conn: Connection,
-
-    /// Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m,
-    /// 1h, 1d; a bare number is seconds)
+    /// Lease length, renewed every TTL/3
+    ///
+    /// Renewed while the command runs: 100ms to 24h (500ms, 30s, 5m, 1h, 1d; a bare number is
+    /// seconds).
     #[arg(short, long, env = "LOCKRUN_TTL", default_value = DEFAULT_TTL, value_name = "DURATION",
-          value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true)]
+          value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = LOCK)]
     pub ttl: Duration,
 
-    /// How long to wait for a held lock: 0 = one attempt, a duration, or `forever`
+    /// How long to wait for a held lock
+    ///
+    /// 0 = one attempt, a duration (10m), or `forever`.
     #[arg(short, long, env = "LOCKRUN_WAIT", default_value = "0", value_name = "DURATION",
-          value_parser = Wait::parse, allow_hyphen_values = true, hide_env_values = true)]
+          value_parser = Wait::parse, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = LOCK)]
     pub wait: Wait,
 
-    /// Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)
+    /// Exit code when the lock is held
+    ///
+    /// Held elsewhere: 0 to 255 (0 = skip silently, 1 = like flock).
     #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
           value_name = "N", value_parser = parse_exit_code, allow_negative_numbers = true,
-          hide_env_values = true)]
+          hide_env_values = true, help_heading = LOCK)]
     pub conflict_exit_code: u8,
 
-    /// Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most
-    /// TTL/3 when the lock is being lost)
-    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = DEFAULT_KILL_AFTER, value_name = "DURATION",
-          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
-    pub kill_after: Duration,
+    /// Let up to N holders run at once (a semaphore)
+    ///
+    /// Under KEY, 1 to 100000.
+    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
+          allow_negative_numbers = true, hide_env_values = true, help_heading = LOCK)]
+    pub limit: Option<u32>,
 
-    /// What to do with the command when the lock is lost
-    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION",
-          hide_env_values = true)]
-    pub on_lost: OnLost,
-
-    /// The job's schedule period: how often cron (a timer, a CronJob) starts it on every host,
-    /// 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s
-    /// less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick
-    /// finds it free; given back at once if the command could not be started (126/127).
-    /// Recorded in the history and the metrics file. Not with --wait
+    /// The job's period: keep the lock for the tick
+    ///
+    /// How often cron (a timer, a CronJob) starts the job on every host, 2s to 366d. The lock is
+    /// then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so
+    /// hosts that fire a few seconds apart skip it and the next tick finds it free; given back at
+    /// once if the command could not be started (126/127). Recorded in the history and the
+    /// metrics file. Not with --wait.
     ///
     /// Alerts judge each job by its period. With a --wait other than 0, exit 64.
     #[arg(long, env = "LOCKRUN_EVERY", value_name = "DURATION", value_parser = parse_every,
-          allow_hyphen_values = true, hide_env_values = true)]
+          allow_hyphen_values = true, hide_env_values = true, help_heading = LOCK)]
     pub every: Option<Duration>,
 
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
@@ -102,45 +112,36 @@ pub struct Args {
     /// being deleted. A command that could not be started (126/127) gives the key back at once
     /// whatever the hold. At or beyond the --every period, exit 64.
     #[arg(long, env = "LOCKRUN_MIN_HOLD", value_name = "DURATION",
-          value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true)]
+          value_parser = parse_min_hold, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = LOCK, hide_short_help = true)]
     pub min_hold: Option<Duration>,
-
-    /// Count the lock as taken, and each renewal as confirmed, only once N replicas have it
-    /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait)
-    ///
-    /// WAIT N waits within two thirds of the request timeout (in a Cluster, a quarter of it).
-    /// Fewer replicas: the key is given back and the run is unavailable (exit 69; retried while
-    /// --wait lasts), or the renewal is unconfirmed (if that lasts, the command is stopped before
-    /// its lease can end). Needs +wait in a Redis ACL.
-    #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
-          value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true)]
-    pub acks: u32,
-
-    /// Count the lock and each renewal only once the server has fsynced them to its append-only
-    /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+
-    ///
-    /// The server needs appendonly yes; without it, or on an older server, exit 69 saying which is
-    /// missing. Needs +waitaof in a Redis ACL.
-    #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true)]
-    pub fsync: bool,
 
     /// Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock,
     /// written by the scripts lockrun runs anyway; gone 39 to 40 days after the key's last run);
     /// 0 to 10000, 0: record nothing
     #[arg(long, env = "LOCKRUN_HISTORY", default_value_t = DEFAULT_HISTORY, value_name = "N",
-          value_parser = parse_history, allow_negative_numbers = true, hide_env_values = true)]
+          value_parser = parse_history, allow_negative_numbers = true, hide_env_values = true,
+          help_heading = LOCK, hide_short_help = true)]
     pub history: u32,
 
-    /// Let up to N holders run at once under KEY (a semaphore), 1 to 100000
-    #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
-          allow_negative_numbers = true, hide_env_values = true)]
-    pub limit: Option<u32>,
+    /// Grace between SIGTERM and SIGKILL
+    ///
+    /// Whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost).
+    #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = DEFAULT_KILL_AFTER, value_name = "DURATION",
+          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = JOB)]
+    pub kill_after: Duration,
+
+    /// What to do with the command when the lock is lost
+    #[arg(long, env = "LOCKRUN_ON_LOST", value_enum, default_value_t = OnLost::Terminate, value_name = "ACTION",
+          hide_env_values = true, help_heading = JOB, hide_short_help = true)]
+    pub on_lost: OnLost,
 
     /// Signal only the direct child, not its process group
     ///
     /// The command then runs in lockrun's own process group.
     #[arg(long, env = "LOCKRUN_NO_GROUP", value_parser = parse_switch,
-          hide_env_values = true)]
+          hide_env_values = true, help_heading = JOB, hide_short_help = true)]
     pub no_group: bool,
 
     /// Adopt and reap orphaned descendants (automatic when lockrun is PID 1)
@@ -148,27 +149,59 @@ pub struct Args {
     /// They are part of the job: the lock is held until they are gone (SIGTERM once the command
     /// exits, SIGKILL after --kill-after).
     #[arg(long, env = "LOCKRUN_SUBREAPER", value_parser = parse_switch,
-          hide_env_values = true)]
+          hide_env_values = true, help_heading = JOB, hide_short_help = true)]
     pub subreaper: bool,
 
-    /// When lockrun ends, write how the run went to PATH in Prometheus text format, for
-    /// node_exporter's textfile collector (replaced atomically; a failure to write is a warning)
+    /// Write how the run ended to PATH, for Prometheus
     ///
-    /// A relative PATH is from lockrun's working directory. A directory that does not exist is
-    /// not a usage error: the write fails at the end with a warning, and the exit code stays the
-    /// run's.
+    /// When lockrun ends, in Prometheus text format, for node_exporter's textfile collector
+    /// (replaced atomically; a failure to write is a warning). A relative PATH is from lockrun's
+    /// working directory. A directory that does not exist is not a usage error: the write fails
+    /// at the end with a warning, and the exit code stays the run's.
     #[arg(long, env = "LOCKRUN_METRICS_FILE", value_name = "PATH", hide_env_values = true,
-          value_parser = clap::value_parser!(std::path::PathBuf))]
+          value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB)]
     pub metrics_file: Option<std::path::PathBuf>,
+
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// Count the lock only once N replicas have it
+    ///
+    /// And each renewal as confirmed (Redis WAIT), so a failover to a replica cannot lose it; 0
+    /// to 100 (0: don't wait).
+    ///
+    /// WAIT N waits within two thirds of the request timeout (in a Cluster, a quarter of it).
+    /// Fewer replicas: the key is given back and the run is unavailable (exit 69; retried while
+    /// --wait lasts), or the renewal is unconfirmed (if that lasts, the command is stopped before
+    /// its lease can end). Needs +wait in a Redis ACL.
+    #[arg(long, env = "LOCKRUN_ACKS", default_value_t = 0, value_name = "N",
+          value_parser = parse_acks, allow_negative_numbers = true, hide_env_values = true,
+          help_heading = DURABILITY)]
+    pub acks: u32,
+
+    /// Count the lock only once it is on disk (WAITAOF)
+    ///
+    /// The lock and each renewal count only once the server has fsynced them to its append-only
+    /// file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+.
+    ///
+    /// The server needs appendonly yes; without it, or on an older server, exit 69 saying which is
+    /// missing. Needs +waitaof in a Redis ACL.
+    #[arg(long, env = "LOCKRUN_FSYNC", value_parser = parse_switch, hide_env_values = true,
+          help_heading = DURABILITY)]
+    pub fsync: bool,
 
     #[command(flatten)]
     pub logs: Logs,
 
-    /// Lock name; used as the Redis key exactly as given (names starting with 'lockrun:' are reserved)
+    /// Lock name: the Redis key, exactly as given
+    ///
+    /// Names starting with 'lockrun:' are reserved.
     #[arg(value_name = "KEY", value_parser = parse_key)]
     pub key: String,
 
-    /// The command to run (executed directly, looked up on PATH, never through a shell)
+    /// The command to run: looked up on PATH, never through a shell
+    ///
+    /// Executed directly; write `-- sh -c '...'` for a shell.
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true,
           allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -177,12 +210,15 @@ pub struct Args {
 /// How to reach and authenticate to Redis: shared by the run form and every other command.
 #[derive(Debug, PartialEq, clap::Args)]
 pub struct Connection {
-    /// Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store
-    /// or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P],
-    /// redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel),
-    /// redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS).
+    /// Redis URL (default redis://127.0.0.1:6379)
+    ///
+    /// redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM
+    /// bundle in SSL_CERT_FILE), valkey:// and valkeys:// (the same as redis:// and rediss://),
+    /// unix:///path/redis.sock[?db=N&user=U&pass=P] (also redis+unix://, valkey+unix://),
+    /// redis+sentinel://[user:password@]h1:p1[,h2:p2…]/<service>[/<db>] (Sentinel),
+    /// redis+cluster://[user:password@]h1:p1[,h2:p2…] (Cluster; rediss+… for TLS).
     /// Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over
-    /// that many independent masters, the lock held on a majority
+    /// that many independent masters, the lock held on a majority.
     ///
     /// Sentinel: the primary the sentinels name (default port 26379); Cluster: seed nodes (default
     /// port 6379). In messages the URL's password and its query's pass=, password= and user=
@@ -196,9 +232,11 @@ pub struct Connection {
         long,
         env = "LOCKRUN_REDIS_URL",
         default_value = DEFAULT_URL,
+        hide_default_value = true,
         value_name = "URL",
         hide_env_values = true,
-        action = clap::ArgAction::Append
+        action = clap::ArgAction::Append,
+        help_heading = CONNECTION
     )]
     pub redis: Vec<String>,
 
@@ -207,64 +245,58 @@ pub struct Connection {
     ///
     /// Above 0 and below TTL/3, or exit 64.
     #[arg(long, env = "LOCKRUN_NODE_TIMEOUT", value_name = "DURATION",
-          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true)]
+          value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = CONNECTION, hide_short_help = true)]
     pub node_timeout: Option<Duration>,
 
-    /// ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL,
-    /// LOCKRUN_REDIS_PASSWORD or --redis-password-file)
+    /// ACL user to authenticate as
     ///
-    /// Without a password, exit 64.
+    /// Overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or
+    /// --redis-password-file); without one, exit 64.
     #[arg(long, env = "LOCKRUN_REDIS_USER", value_name = "NAME", hide_env_values = true,
-          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+          value_parser = clap::builder::NonEmptyStringValueParser::new(),
+          help_heading = CONNECTION)]
     pub redis_user: Option<String>,
 
-    /// Read the Redis password from FILE (one trailing newline stripped), keeping it out of the
-    /// crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)
+    /// Read the Redis password from FILE
+    ///
+    /// One trailing newline stripped; keeps it out of the crontab and `ps`; overrides a password
+    /// in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both).
     ///
     /// An unreadable or empty file is exit 64, and so is LOCKRUN_REDIS_PASSWORD as well.
     #[arg(long, env = "LOCKRUN_REDIS_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
-          value_parser = clap::value_parser!(std::path::PathBuf))]
+          value_parser = clap::value_parser!(std::path::PathBuf), help_heading = CONNECTION)]
     pub redis_password_file: Option<std::path::PathBuf>,
 
-    /// rediss://: trust only the CA certificates in FILE (PEM) instead of the system store
+    /// Trust only the CA certificates in FILE (PEM)
     ///
-    /// For a private CA, without changing the machine's trust store. rediss:// here and in the
-    /// options below includes rediss+sentinel:// and rediss+cluster://.
-    #[arg(
-        long,
-        env = "LOCKRUN_TLS_CA",
-        value_name = "FILE",
-        hide_env_values = true
-    )]
+    /// rediss://: instead of the system store, for a private CA, without changing the machine's
+    /// trust store. rediss:// here and in the options below includes valkeys://,
+    /// rediss+sentinel:// and rediss+cluster://.
+    #[arg(long, env = "LOCKRUN_TLS_CA", value_name = "FILE", hide_env_values = true,
+          help_heading = TLS)]
     pub tls_ca: Option<std::path::PathBuf>,
 
-    /// rediss://: present this client certificate (PEM), for servers with tls-auth-clients
+    /// Present this client certificate (PEM)
     ///
-    /// With --tls-key: both or neither.
-    #[arg(
-        long,
-        env = "LOCKRUN_TLS_CERT",
-        value_name = "FILE",
-        hide_env_values = true
-    )]
+    /// rediss://: for servers with tls-auth-clients. With --tls-key: both or neither.
+    #[arg(long, env = "LOCKRUN_TLS_CERT", value_name = "FILE", hide_env_values = true,
+          help_heading = TLS)]
     pub tls_cert: Option<std::path::PathBuf>,
 
-    /// rediss://: the client certificate's private key (PEM)
+    /// The client certificate's private key (PEM)
     ///
-    /// With --tls-cert: both or neither.
-    #[arg(
-        long,
-        env = "LOCKRUN_TLS_KEY",
-        value_name = "FILE",
-        hide_env_values = true
-    )]
+    /// rediss://: with --tls-cert: both or neither.
+    #[arg(long, env = "LOCKRUN_TLS_KEY", value_name = "FILE", hide_env_values = true,
+          help_heading = TLS)]
     pub tls_key: Option<std::path::PathBuf>,
 
     /// TLS without verifying the server's certificate: only for testing, it allows anyone on the
     /// path to impersonate the server (logged as a warning on every run)
     ///
     /// Without a TLS URL, exit 64.
-    #[arg(long, env = "LOCKRUN_TLS_INSECURE", value_parser = parse_switch, hide_env_values = true)]
+    #[arg(long, env = "LOCKRUN_TLS_INSECURE", value_parser = parse_switch, hide_env_values = true,
+          help_heading = TLS, hide_short_help = true)]
     pub tls_insecure: bool,
 
     /// redis+sentinel://: read the sentinels' own password from FILE (the URL's password is the
@@ -272,17 +304,20 @@ pub struct Connection {
     ///
     /// The sentinels' requirepass (sentinel.conf), read like --redis-password-file.
     #[arg(long, env = "LOCKRUN_SENTINEL_PASSWORD_FILE", value_name = "FILE", hide_env_values = true,
-          value_parser = clap::value_parser!(std::path::PathBuf))]
+          value_parser = clap::value_parser!(std::path::PathBuf), help_heading = CONNECTION,
+          hide_short_help = true)]
     pub sentinel_password_file: Option<std::path::PathBuf>,
 }
 
 /// How lockrun's own lines on stderr look: shared by the run form and every other command.
 #[derive(Debug, PartialEq, clap::Args)]
 pub struct Logs {
-    /// Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held);
-    /// LOCKRUN_QUIET yields to -v
+    /// Print errors only
+    ///
+    /// A conflict is not an error: -q -E 0 is silent when the lock is held. LOCKRUN_QUIET yields
+    /// to -v.
     #[arg(short, long, env = "LOCKRUN_QUIET",
-          value_parser = parse_switch, hide_env_values = true)]
+          value_parser = parse_switch, hide_env_values = true, help_heading = OUTPUT)]
     pub quiet: bool,
 
     /// Whether `-q` was on the command line itself (a run's: before its key), not only in
@@ -291,16 +326,19 @@ pub struct Logs {
     #[arg(skip)]
     pub quiet_given: bool,
 
-    /// More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn,
-    /// info (default), debug, trace, or a tracing filter such as lockrun=debug
-    #[arg(short, long, action = clap::ArgAction::Count)]
+    /// More detail (-vv for trace)
+    ///
+    /// Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace,
+    /// or a tracing filter such as lockrun=debug.
+    #[arg(short, long, action = clap::ArgAction::Count, help_heading = OUTPUT)]
     pub verbose: u8,
 
-    /// Log format for lockrun's own lines on stderr
+    /// Log line format: text or json
     ///
-    /// json: one object per line (timestamp, level, message, fields), for log pipelines.
+    /// Of lockrun's own lines on stderr. json: one object per line (timestamp, level, message,
+    /// fields), for log pipelines.
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
-          hide_env_values = true)]
+          hide_env_values = true, hide_possible_values = true, help_heading = OUTPUT)]
     pub log_format: Format,
 }
 
@@ -414,14 +452,208 @@ pub enum Invocation {
 pub fn command() -> clap::Command {
     use clap::{Args as _, Subcommand as _};
     let run = Args::augment_args(clap::Command::new("run"))
-        .about("Run COMMAND under lock KEY: the explicit run form, for a lock named like a command")
+        .about("Run COMMAND under KEY, for a lock named like one of these commands")
         .override_usage("lockrun run [OPTIONS] <KEY> [--] <COMMAND> [ARGS]...")
         // `lockrun run --version` says what `lockrun --version` says.
         .display_name("lockrun");
-    verbs::Verb::augment_subcommands(Args::command())
-        .subcommand(run)
+    verbs::Verb::augment_subcommands(run_form(Args::command()))
+        .subcommand(run_form(run))
+        .mut_subcommands(|c| match c.get_name() {
+            "run" => c,
+            _ => verbs::for_a_verb(c),
+        })
         .args_conflicts_with_subcommands(true)
         .disable_help_subcommand(true)
+        // clap wraps at the terminal's width: never wider than this, whatever the terminal.
+        .max_term_width(HELP_WIDTH)
+}
+
+/// The widest help line, and where [`hang`] wraps.
+const HELP_WIDTH: usize = 80;
+
+/// What the run form's help says besides its options: the help and version flags under the
+/// Output heading (`-V` in `--help` only), an example, the exit codes and the variables.
+fn run_form(cmd: clap::Command) -> clap::Command {
+    use clap::{Arg, ArgAction};
+    cmd.disable_help_flag(true)
+        .disable_version_flag(true)
+        .arg(help_flag())
+        .arg(
+            Arg::new("version")
+                .short('V')
+                .long("version")
+                .action(ArgAction::Version)
+                .help("Print version")
+                .help_heading(OUTPUT)
+                .hide_short_help(true),
+        )
+        .after_help(format!(
+            "Example ({}):\n  {}\n\n\
+             Exit codes: the command's own, 75 (or -E) held elsewhere, 76 lock lost, 64 usage \
+             error, 69 Redis unavailable; the others, and the variables, in --help.",
+            EXAMPLE.0, EXAMPLE.1
+        ))
+        .after_long_help(after_long_help())
+}
+
+/// clap's help flag, under the Output heading rather than alone under "Options" (clap's own
+/// is off for every command: the setting is global).
+fn help_flag() -> clap::Arg {
+    clap::Arg::new("help")
+        .short('h')
+        .long("help")
+        .action(clap::ArgAction::Help)
+        .help("Print help (see more with '--help')")
+        .long_help("Print help (see a summary with '-h')")
+        .help_heading(OUTPUT)
+}
+
+/// The one example `-h` and `--help` (and the man page) end with: the commonest use.
+pub const EXAMPLE: (&str, &str) = (
+    "crontab, the same line on every host; one runs the job each minute",
+    "* * * * * lockrun -q -E 0 --every 1m -r redis://db1 report -- /opt/report.sh",
+);
+
+/// The run form's exit codes: (code, meaning).
+pub const EXIT_CODES: [(&str, &str); 10] = [
+    (
+        "its own",
+        "the command ran and exited with it; 128+N: it died of signal N",
+    ),
+    (
+        "75 (or -E)",
+        "the lock is held elsewhere (no wait, or the wait ran out): the command was not run",
+    ),
+    (
+        "76",
+        "the lock was lost while the command ran: lockrun stopped it",
+    ),
+    (
+        "64",
+        "usage error: a bad option, variable, URL, key or password file",
+    ),
+    (
+        "69",
+        "Redis unavailable before the command started, or it refused lockrun (authentication, ACL)",
+    ),
+    ("70", "internal error"),
+    (
+        "71",
+        "a limit of this machine: no process, descriptor or memory left",
+    ),
+    ("74", "lockrun's own output could not be written"),
+    ("126, 127", "the command is not executable, not found"),
+    (
+        "128+N",
+        "lockrun was stopped by signal N before the command started",
+    ),
+];
+
+/// How every option's variable works, said once for all of them (each option names its own).
+pub const ENV_RULES: &str = "Every option also reads a LOCKRUN_* variable of its own: a \
+flag wins over the variable, an empty variable counts as unset, switches take 1/0, yes/no, \
+on/off, true/false.";
+
+/// Variables read without an option of their own: (variable, default, what it does).
+pub const ENV_ONLY: [(&str, &str, &str); 3] = [
+    (
+        "LOCKRUN_REDIS_PASSWORD",
+        "none",
+        "The Redis password itself (empty = unset); overrides a password in the URL. Not with \
+         --redis-password-file (exit 64)",
+    ),
+    (
+        "LOCKRUN_SENTINEL_PASSWORD",
+        "none",
+        "The sentinels' password itself. Not with --sentinel-password-file (exit 64)",
+    ),
+    (
+        "LOCKRUN_LOG",
+        "info",
+        "The log level or filter when neither -q nor -v is given: error, warn, info, debug, \
+         trace, or target=level filters (lockrun=debug). Any other word is a usage error; errors \
+         are always printed whatever the filter says (off is refused: use -q)",
+    ),
+];
+
+/// What the command finds in its environment: (variable, what it holds).
+pub const COMMAND_ENV: [(&str, &str); 4] = [
+    ("LOCKRUN_KEY", "The lock key"),
+    (
+        "LOCKRUN_TOKEN",
+        "This holder's secret token; a lockrun of the same key nested inside uses it \
+         (reentrancy)",
+    ),
+    (
+        "LOCKRUN_FENCE",
+        "A fencing number, strictly increasing per key: a resource can refuse writes that carry \
+         a smaller number than one it has seen",
+    ),
+    (
+        "LOCKRUN_HELD",
+        "Every enclosing holder's <SHA-1 of its key>:<token>:<fence>, comma-separated, this one's \
+         last: a lockrun nested anywhere inside runs reentrantly under a lock an ancestor holds \
+         instead of waiting for it. Secret, like the token",
+    ),
+];
+
+/// `--help`'s end: the example, every exit code, the variables lockrun reads beyond the options'
+/// own, and what the command gets.
+fn after_long_help() -> String {
+    let code_width = EXIT_CODES.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let mut text = format!("Example ({}):\n  {}\n\nExit codes:", EXAMPLE.0, EXAMPLE.1);
+    for (code, what) in EXIT_CODES {
+        text.push('\n');
+        text.push_str(&hang(&format!("  {code}"), code_width + 4, what));
+    }
+    text.push_str("\n\nEnvironment:\n");
+    text.push_str(&hang(
+        "",
+        2,
+        &format!("{ENV_RULES} Read without an option of their own:"),
+    ));
+    for (var, _, what) in ENV_ONLY {
+        text.push('\n');
+        text.push_str(&hang(&format!("  {var}"), 10, what));
+    }
+    text.push_str("\n\nWhat the command gets in its environment:");
+    for (var, what) in COMMAND_ENV {
+        text.push('\n');
+        text.push_str(&hang(&format!("  {var}"), 10, what));
+    }
+    text
+}
+
+/// `label`, then `text` from column `indent` on, wrapped at [`HELP_WIDTH`] with every line
+/// indented as far (the label alone on its line when it reaches the column), as clap lays out
+/// an option's help.
+fn hang(label: &str, indent: usize, text: &str) -> String {
+    let mut out = label.to_string();
+    let mut col = label.chars().count();
+    let mut fresh = true;
+    if col >= indent {
+        out.push('\n');
+        col = 0;
+    }
+    for word in text.split_whitespace() {
+        let width = word.chars().count();
+        if !fresh && col + 1 + width > HELP_WIDTH {
+            out.push('\n');
+            col = 0;
+            fresh = true;
+        }
+        if fresh {
+            out.push_str(&" ".repeat(indent - col));
+            col = indent;
+            fresh = false;
+        } else {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += width;
+    }
+    out
 }
 
 /// Parses the process arguments. Help and version print to stdout; errors print one line to
@@ -500,8 +732,10 @@ fn run_line_with_a_verb(cmd: &clap::Command, argv: &[OsString], at: usize) -> Op
                     && word.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short())
         })
     };
+    // Help and version are every command's (clap adds a verb's own when it is built).
     let run_only = cmd
         .get_arguments()
+        .filter(|a| !is_help_or_version(a))
         .flat_map(|a| {
             let long = a.get_long().map(|l| format!("--{l}"));
             let short = a.get_short().map(|c| format!("-{c}"));
@@ -521,6 +755,12 @@ fn run_line_with_a_verb(cmd: &clap::Command, argv: &[OsString], at: usize) -> Op
              write 'lockrun run {verb} -- COMMAND…'"
         )
     })
+}
+
+/// The help and version flags: clap's actions, not options of lockrun's.
+fn is_help_or_version(a: &clap::Arg) -> bool {
+    use clap::ArgAction::{Help, HelpLong, HelpShort, Version};
+    matches!(a.get_action(), Help | HelpShort | HelpLong | Version)
 }
 
 /// Where the first word that is neither an option nor an option's value is, up to `--`: the
@@ -585,7 +825,11 @@ fn without_empty_env(mut cmd: clap::Command) -> clap::Command {
 fn said(cmd: &clap::Command, e: clap::Error, argv: &[OsString]) -> ExitCode {
     if !e.use_stderr() {
         // --help / --version, through `output` so a full stdout is exit 74, not 0.
-        crate::output::print(&e.render().to_string());
+        let text = match e.kind() {
+            clap::error::ErrorKind::DisplayHelp => help_text(cmd, &e, argv),
+            _ => e.render().to_string(),
+        };
+        crate::output::print(&text);
         return ExitCode::Command(0);
     }
     let line = if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
@@ -612,6 +856,27 @@ fn said(cmd: &clap::Command, e: clap::Error, argv: &[OsString]) -> ExitCode {
     };
     crate::logging::print_early_error(&line, json_wanted(argv));
     ExitCode::Usage
+}
+
+/// The help asked for. `--help` is clap's own. `-h`, the short tier, leaves out what would not
+/// fit a screen: each option's `[env: …]` (`--help` has them) and the list of commands (the
+/// usage names them). clap does not say which tier it rendered: the short one is what the same
+/// command (the line's first word, when that is a subcommand) renders short.
+fn help_text(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> String {
+    let rendered = e.render().to_string();
+    let sub = argv.get(1).and_then(|w| w.to_str());
+    let short = |mut cmd: clap::Command| {
+        cmd.build();
+        match sub.and_then(|name| cmd.find_subcommand_mut(name)) {
+            Some(sub) => sub.render_help().to_string(),
+            None => cmd.render_help().to_string(),
+        }
+    };
+    if short(cmd.clone()) != rendered {
+        return rendered;
+    }
+    let no_env = |c: clap::Command| c.mut_args(|a| a.hide_env(true));
+    short(no_env(cmd.clone()).mut_subcommands(|s| no_env(s).hide(true)))
 }
 
 /// The environment variable an invalid value came from, when it did not come from the command
@@ -791,7 +1056,7 @@ mod tests {
     #[test]
     fn every_option_has_a_variable() {
         for a in command().get_arguments() {
-            if a.is_positional() || a.get_id() == "verbose" {
+            if a.is_positional() || a.get_id() == "verbose" || is_help_or_version(a) {
                 continue;
             }
             let var = a.get_env().map(|v| v.to_string_lossy().into_owned());
@@ -913,6 +1178,109 @@ mod tests {
             &["release", "--ttl=5s", "k"],
         ] {
             assert_eq!(parse_any(line).err(), Some(ExitCode::Usage), "{line:?}");
+        }
+    }
+
+    /// What `lockrun <words>` prints for help, through the path a real line takes.
+    fn help_of(words: &[&str], pin_width: bool) -> String {
+        let argv: Vec<OsString> = std::iter::once("lockrun")
+            .chain(words.iter().copied())
+            .map(Into::into)
+            .collect();
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cmd = without_empty_env(command());
+        if pin_width {
+            // The line count is judged at 80 columns, not at the width of whatever terminal
+            // runs the tests.
+            cmd = cmd.term_width(HELP_WIDTH);
+        }
+        let e = cmd.try_get_matches_from_mut(&argv).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{words:?}");
+        help_text(&cmd, &e, &argv)
+    }
+
+    fn assert_fits(text: &str, words: &[&str]) {
+        for line in text.lines() {
+            assert!(line.chars().count() <= HELP_WIDTH, "{words:?}: {line:?}");
+        }
+    }
+
+    #[test]
+    fn short_help_fits_a_screen_under_headings_with_an_example() {
+        for words in [&["-h"][..], &["run", "-h"]] {
+            assert_fits(&help_of(words, false), words);
+            let help = help_of(words, true);
+            assert!(help.lines().count() <= 45, "{words:?}: {help}");
+            for heading in [
+                "Lock:",
+                "Job:",
+                "Redis connection:",
+                "TLS:",
+                "Durability:",
+                "Output:",
+                "Example (",
+                "Exit codes:",
+            ] {
+                assert!(
+                    help.lines().any(|l| l.starts_with(heading)),
+                    "{words:?} lacks {heading}: {help}"
+                );
+            }
+            // Each option on one line: the variables and the command list are --help's.
+            assert!(!help.contains("[env:"), "{help}");
+            assert!(!help.contains("Commands:"), "{help}");
+            assert!(!help.contains("--min-hold"), "{help}");
+        }
+        assert!(help_of(&["run", "-h"], true).contains("Usage: lockrun run "));
+        assert!(help_of(&["-h"], true).contains("status|list|release|history|doctor"));
+    }
+
+    #[test]
+    fn long_help_has_every_option_variable_and_what_the_command_gets() {
+        let help = help_of(&["--help"], true);
+        for needle in [
+            "Commands:",
+            "--min-hold",
+            "[env: LOCKRUN_TTL]",
+            "[env: LOCKRUN_REDIS_URL]",
+            "LOCKRUN_REDIS_PASSWORD\n",
+            "LOCKRUN_SENTINEL_PASSWORD\n",
+            "LOCKRUN_LOG\n",
+            "LOCKRUN_KEY\n",
+            "LOCKRUN_TOKEN\n",
+            "LOCKRUN_FENCE\n",
+            "LOCKRUN_HELD\n",
+            "valkey://",
+            "valkeys://",
+            "126, 127",
+        ] {
+            assert!(help.contains(needle), "--help lacks {needle:?}: {help}");
+        }
+        // The text lockrun wraps itself (exit codes, variables) fits as well.
+        let end = &help[help.find("Exit codes:").unwrap()..];
+        assert_fits(end, &["--help"]);
+    }
+
+    /// Each operators' command's help speaks of that command: its own exit codes, no option
+    /// only a run has (`-E`, a TTL).
+    #[test]
+    fn each_command_has_its_own_short_help() {
+        for verb in ["status", "list", "release", "history", "doctor"] {
+            let words = [verb, "-h"];
+            assert_fits(&help_of(&words, false), &words);
+            let help = help_of(&words, true);
+            assert!(help.lines().count() <= 45, "{verb}: {help}");
+            assert!(help.contains(&format!("Usage: lockrun {verb} ")), "{help}");
+            assert!(help.contains("Exit codes: 0"), "{verb}: {help}");
+            assert!(!help.contains("[env:"), "{verb}: {help}");
+            let long = help_of(&[verb, "--help"], true);
+            for run_only in ["-E", "TTL/3", "--every"] {
+                assert!(
+                    !long.contains(run_only),
+                    "{verb} --help: {run_only}: {long}"
+                );
+            }
+            assert!(long.contains("[env: LOCKRUN_QUIET]"), "{verb}: {long}");
         }
     }
 

@@ -293,8 +293,11 @@ fn check_filter(spec: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An error before logging is set up (a usage error, a bad LOCKRUN_LOG): one line on stderr,
-/// `lockrun: error: …`, or one JSON object when JSON log lines were asked for.
+/// An error before logging is set up (a usage error, a bad LOCKRUN_LOG): one line on stderr in
+/// the shape of every other error line, `<UTC time> ERROR <message>` (one JSON object when JSON
+/// log lines were asked for), so one grep finds every error whatever stage found it. The text
+/// line is made by the same formatter, with the same escaping, as the log lines: a one-off
+/// subscriber for this one event, since the run's own may not exist yet.
 pub fn print_early_error(message: &str, json: bool) {
     if json {
         let line = serde_json::json!({
@@ -305,11 +308,12 @@ pub fn print_early_error(message: &str, json: bool) {
         // A full or closed stderr: nothing more can be said, and nothing to panic over.
         let _ = writeln!(std::io::stderr(), "{line}");
     } else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "lockrun: error: {}",
-            escape_controls(message)
-        );
+        let once = tracing_subscriber::fmt()
+            .with_writer(|| QueuedStderr { escape: true })
+            .with_target(false)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(once, || tracing::error!("{message}"));
     }
 }
 

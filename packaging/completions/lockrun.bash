@@ -41,48 +41,12 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version status list release history doctor run"
+            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --every --min-hold --history --kill-after --on-lost --no-group --subreaper --metrics-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version status list release history doctor run"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --redis)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -r)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --node-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-user)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-ca)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel-password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -107,12 +71,12 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --kill-after)
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --on-lost)
-                    COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --every)
@@ -123,44 +87,22 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --acks)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --history)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --limit)
+                --kill-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -l)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                --on-lost)
+                    COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
                     return 0
                     ;;
                 --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__doctor)
-            opts="-r -q -v -h --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --quiet --verbose --log-format --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 --redis)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -197,6 +139,10 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --acks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
@@ -208,8 +154,62 @@ _lockrun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        lockrun__subcmd__doctor)
+            opts="-r -v -h -q --redis --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --verbose --log-format --help --quiet --node-timeout"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --node-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         lockrun__subcmd__history)
-            opts="-n -r -q -v -h --count --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --quiet --verbose --log-format --help"
+            opts="-n -r -v -h -q --count --redis --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --verbose --log-format --help --quiet --node-timeout"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -231,10 +231,6 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --node-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --redis-user)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -261,6 +257,10 @@ _lockrun() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --node-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -271,7 +271,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__list)
-            opts="-r -q -v -h --all --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --quiet --verbose --log-format --help"
+            opts="-r -v -h -q --all --redis --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --verbose --log-format --help --quiet --node-timeout"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -282,10 +282,6 @@ _lockrun() {
                     return 0
                     ;;
                 -r)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --node-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -315,6 +311,10 @@ _lockrun() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --node-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)
@@ -325,7 +325,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__release)
-            opts="-r -q -v -h --force --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --quiet --verbose --log-format --help"
+            opts="-r -v -h -q --force --redis --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --verbose --log-format --help --quiet --node-timeout"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -336,10 +336,6 @@ _lockrun() {
                     return 0
                     ;;
                 -r)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --node-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -371,6 +367,10 @@ _lockrun() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
+                --node-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -379,48 +379,12 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__run)
-            opts="-r -t -w -E -l -q -v -h -V --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --ttl --wait --conflict-exit-code --kill-after --on-lost --every --min-hold --acks --fsync --history --limit --no-group --subreaper --metrics-file --quiet --verbose --log-format --help --version"
+            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --every --min-hold --history --kill-after --on-lost --no-group --subreaper --metrics-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --redis)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -r)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --node-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-user)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-ca)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-cert)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel-password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -445,12 +409,12 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --kill-after)
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --on-lost)
-                    COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
+                -l)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --every)
@@ -461,44 +425,22 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --acks)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --history)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --limit)
+                --kill-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -l)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                --on-lost)
+                    COMPREPLY=($(compgen -W "terminate continue" -- "${cur}"))
                     return 0
                     ;;
                 --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        lockrun__subcmd__status)
-            opts="-r -q -v -h --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --quiet --verbose --log-format --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 --redis)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -535,8 +477,66 @@ _lockrun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --acks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lockrun__subcmd__status)
+            opts="-r -v -h -q --redis --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --json --verbose --log-format --help --quiet --node-timeout"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -r)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sentinel-password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                --node-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

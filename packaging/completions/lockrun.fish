@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= t/ttl= w/wait= E/conflict-exit-code= kill-after= on-lost= every= min-hold= acks= fsync history= l/limit= no-group subreaper metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= every= min-hold= history= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -24,147 +24,147 @@ function __fish_lockrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lockrun -n "__fish_lockrun_needs_command" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -s t -l ttl -d 'Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m, 1h, 1d; a bare number is seconds)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'How long to wait for a held lock: 0 = one attempt, a duration, or `forever`' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s t -l ttl -d 'Lease length, renewed every TTL/3' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'How long to wait for a held lock' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit code when the lock is held' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s l -l limit -d 'Let up to N holders run at once (a semaphore)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l every -d 'The job\'s period: keep the lock for the tick' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
-complete -c lockrun -n "__fish_lockrun_needs_command" -l every -d 'The job\'s schedule period: how often cron (a timer, a CronJob) starts it on every host, 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick finds it free; given back at once if the command could not be started (126/127). Recorded in the history and the metrics file. Not with --wait' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'When lockrun ends, write how the run went to PATH in Prometheus text format, for node_exporter\'s textfile collector (replaced atomically; a failure to write is a warning)' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Write how the run ended to PATH, for Prometheus' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l acks -d 'Count the lock only once N replicas have it' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
-complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -l fsync -d 'Count the lock and each renewal only once the server has fsynced them to its append-only file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l fsync -d 'Count the lock only once it is on disk (WAITAOF)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Who holds KEY, since when, its TTL, fence and queue. Exit 0 held, 1 free, 69 unavailable'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'Every lockrun lock (held, or --all: every key lockrun has locked), sorted by key'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Delete a stuck lock (needs --force); logs what was deleted. Exit 0 deleted, 1 no lock, 64 without --force'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "history" -d 'The last runs under KEY, newest first: when, host, pid, fence, outcome'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "doctor" -d 'Check a Redis server for lock safety, one line per finding. Exit 0 fine, 1 not'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "run" -d 'Run COMMAND under lock KEY: the explicit run form, for a lock named like a command'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Who holds KEY, since when, its TTL, fence and queue'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'Every held lock, sorted by key (--all: also free ones)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Delete a stuck lock (needs --force); logs what was deleted'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "history" -d 'The last runs of KEY, newest first: when, host, pid, fence, outcome'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "doctor" -d 'Check a Redis server for lock safety, one line per finding'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "run" -d 'Run COMMAND under KEY, for a lock named like one of these commands'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l node-timeout -d 'Bound on each Redis request (default 3s)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also keys that are free now but were locked in the last 40 days (their fencing counter remains that long)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l node-timeout -d 'Bound on each Redis request (default 3s)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also free keys lockrun has locked in the last 40 days'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really delete it: a holder still running loses the lock at its next renewal (its job is stopped and it exits 76)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l node-timeout -d 'Bound on each Redis request (default 3s)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really delete it, even if a holder still runs'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s q -l quiet -d 'Print errors only'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s n -l count -d 'How many runs to show at most' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l node-timeout -d 'Bound on each Redis request (default 3s)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l node-timeout -d 'Bound on each Redis request (default 3s)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -l json -d 'Print one JSON document on stdout instead of text'
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s r -l redis -d 'Redis URL: redis://[user:password@]host[:port][/db], rediss://… (TLS; system trust store or the PEM bundle in SSL_CERT_FILE), unix:///path/redis.sock[?db=N&user=U&pass=P], redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<service>[/<db>] (Sentinel), redis+cluster://[user:password@]host1:port1[,host2:port2…] (Cluster; rediss+… for TLS). Passwords are never printed. Given 3 or more times (or as URL,URL,URL): Redlock over that many independent masters, the lock held on a majority' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l redis-user -d 'ACL user to authenticate as; overrides a user in the URL. Needs a password (from the URL, LOCKRUN_REDIS_PASSWORD or --redis-password-file)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l redis-password-file -d 'Read the Redis password from FILE (one trailing newline stripped), keeping it out of the crontab and `ps`; overrides a password in the URL. Or set LOCKRUN_REDIS_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-ca -d 'rediss://: trust only the CA certificates in FILE (PEM) instead of the system store' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-cert -d 'rediss://: present this client certificate (PEM), for servers with tls-auth-clients' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-key -d 'rediss://: the client certificate\'s private key (PEM)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s t -l ttl -d 'Lease length, renewed every TTL/3 while the command runs: 100ms to 24h (500ms, 30s, 5m, 1h, 1d; a bare number is seconds)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s w -l wait -d 'How long to wait for a held lock: 0 = one attempt, a duration, or `forever`' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is held elsewhere, 0 to 255 (0 = skip silently, 1 = like flock)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand doctor" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s t -l ttl -d 'Lease length, renewed every TTL/3' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s w -l wait -d 'How long to wait for a held lock' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is held' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s l -l limit -d 'Let up to N holders run at once (a semaphore)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l every -d 'The job\'s period: keep the lock for the tick' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l every -d 'The job\'s schedule period: how often cron (a timer, a CronJob) starts it on every host, 2s to 366d. The lock is then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so hosts that fire a few seconds apart skip it and the next tick finds it free; given back at once if the command could not be started (126/127). Recorded in the history and the metrics file. Not with --wait' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l acks -d 'Count the lock as taken, and each renewal as confirmed, only once N replicas have it (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don\'t wait)' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s l -l limit -d 'Let up to N holders run at once under KEY (a semaphore), 1 to 100000' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l metrics-file -d 'When lockrun ends, write how the run went to PATH in Prometheus text format, for node_exporter\'s textfile collector (replaced atomically; a failure to write is a warning)' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l log-format -d 'Log format for lockrun\'s own lines on stderr' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l metrics-file -d 'Write how the run ended to PATH, for Prometheus' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l redis-user -d 'ACL user to authenticate as' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l redis-password-file -d 'Read the Redis password from FILE' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-ca -d 'Trust only the CA certificates in FILE (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-cert -d 'Present this client certificate (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-key -d 'The client certificate\'s private key (PEM)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l sentinel-password-file -d 'redis+sentinel://: read the sentinels\' own password from FILE (the URL\'s password is the data nodes\'). Or set LOCKRUN_SENTINEL_PASSWORD (not both)' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l acks -d 'Count the lock only once N replicas have it' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l fsync -d 'Count the lock and each renewal only once the server has fsynced them to its append-only file (and N replicas theirs, with --acks): Redis WAITAOF, Redis 7.2+ / Valkey 8+'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s q -l quiet -d 'Print errors only (a conflict is not an error: -q -E 0 is silent when the lock is held); LOCKRUN_QUIET yields to -v'
-complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s v -l verbose -d 'More detail (-vv for trace). Without -q or -v, LOCKRUN_LOG sets the level: error, warn, info (default), debug, trace, or a tracing filter such as lockrun=debug'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l tls-insecure -d 'TLS without verifying the server\'s certificate: only for testing, it allows anyone on the path to impersonate the server (logged as a warning on every run)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l fsync -d 'Count the lock only once it is on disk (WAITAOF)'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s q -l quiet -d 'Print errors only'
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s v -l verbose -d 'More detail (-vv for trace)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s V -l version -d 'Print version'

@@ -16,18 +16,49 @@ fn parse_pattern(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// A command's exit codes, then those every command shares.
+macro_rules! exit_codes {
+    ($own:literal) => {
+        concat!(
+            "Exit codes: ",
+            $own,
+            "; 64 usage error, or a key that is not a lockrun lock; 69 Redis unavailable."
+        )
+    };
+}
 #[derive(Debug, clap::Subcommand)]
 pub enum Verb {
-    /// Who holds KEY, since when, its TTL, fence and queue. Exit 0 held, 1 free, 69 unavailable
+    /// Who holds KEY, since when, its TTL, fence and queue
+    #[command(after_help = exit_codes!("0 held, 1 free"))]
     Status(Status),
-    /// Every lockrun lock (held, or --all: every key lockrun has locked), sorted by key
+    /// Every held lock, sorted by key (--all: also free ones)
+    #[command(after_help = exit_codes!("0 (also when none)"))]
     List(List),
-    /// Delete a stuck lock (needs --force); logs what was deleted. Exit 0 deleted, 1 no lock, 64 without --force
+    /// Delete a stuck lock (needs --force); logs what was deleted
+    #[command(after_help = exit_codes!("0 deleted, 1 no lock"))]
     Release(Release),
-    /// The last runs under KEY, newest first: when, host, pid, fence, outcome
+    /// The last runs of KEY, newest first: when, host, pid, fence, outcome
+    #[command(after_help = exit_codes!("0 (also when none)"))]
     History(History),
-    /// Check a Redis server for lock safety, one line per finding. Exit 0 fine, 1 not
+    /// Check a Redis server for lock safety, one line per finding
+    #[command(after_help = exit_codes!("0 fine, 1 a finding is warn or fail"))]
     Doctor(Doctor),
+}
+
+/// A command's help flag, and what the run form's shared options say that is not true of a
+/// command: its `-q` has no `-E` to pair with, its requests no TTL to fit in.
+pub(super) fn for_a_verb(cmd: clap::Command) -> clap::Command {
+    // Off here as well as on the whole command (where it is global), so that a command taken
+    // alone (its man page) still has one help flag.
+    cmd.disable_help_flag(true)
+        .arg(super::help_flag())
+        .mut_arg("quiet", |a| {
+            a.long_help("Print errors only\n\nLOCKRUN_QUIET yields to -v.")
+        })
+        .mut_arg("node_timeout", |a| {
+            a.help("Bound on each Redis request (default 3s)")
+                .long_help(None::<&str>)
+        })
 }
 
 /// What every operator's command shares.
@@ -37,7 +68,7 @@ pub struct Common {
     pub conn: Connection,
 
     /// Print one JSON document on stdout instead of text
-    #[arg(long)]
+    #[arg(long, help_heading = super::OUTPUT)]
     pub json: bool,
 
     #[command(flatten)]
@@ -60,8 +91,9 @@ pub struct List {
     #[arg(value_name = "PATTERN", default_value = "*", value_parser = parse_pattern)]
     pub pattern: String,
 
-    /// Also keys that are free now but were locked in the last 40 days (their fencing counter
-    /// remains that long)
+    /// Also free keys lockrun has locked in the last 40 days
+    ///
+    /// Their fencing counter remains that long.
     #[arg(long)]
     pub all: bool,
 
@@ -75,8 +107,10 @@ pub struct Release {
     #[arg(value_name = "KEY", value_parser = parse_key)]
     pub key: String,
 
-    /// Really delete it: a holder still running loses the lock at its next renewal (its job
-    /// is stopped and it exits 76)
+    /// Really delete it, even if a holder still runs
+    ///
+    /// A holder still running loses the lock at its next renewal (its job is stopped and it
+    /// exits 76).
     #[arg(long)]
     pub force: bool,
 

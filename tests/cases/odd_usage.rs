@@ -16,6 +16,42 @@ fn assert_one_line(cmd: Lockrun, code: i32, needle: &str) -> String {
     err
 }
 
+/// Every error line has one shape, whatever stage found it: what clap refuses, what resolving
+/// the options refuses, what the server does. `grep -E '^[^ ]+ ERROR '` (text) or
+/// `"level":"ERROR"` (JSON) catches them all.
+#[test]
+fn every_error_line_matches_one_grep() {
+    let unreachable = format!("redis://127.0.0.1:{}", free_port());
+    for (args, code) in [
+        (vec!["-t", "0", "k", "true"], 64),
+        (
+            vec!["-r", "redis://a:1", "-r", "redis://b:1", "k", "true"],
+            64,
+        ),
+        (vec!["-r", &unreachable, "k", "true"], 69),
+        (vec!["-r", &unreachable, "status", "k"], 69),
+    ] {
+        for json in [false, true] {
+            let mut cmd = Lockrun::bare();
+            if json {
+                cmd.args(["--log-format", "json"]);
+            }
+            cmd.args(&args);
+            let err = assert_one_line(cmd, code, "");
+            let line = err.trim_end();
+            if json {
+                assert!(line.contains(r#""level":"ERROR""#), "{args:?}: {line}");
+            } else {
+                let (stamp, rest) = line.split_once(' ').unwrap_or_default();
+                assert!(
+                    !stamp.is_empty() && rest.starts_with("ERROR "),
+                    "{args:?}: {line}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn negative_numbers_are_out_of_range_not_unknown_flags() {
     for (args, needle) in [

@@ -600,13 +600,16 @@ fn command_help_and_usage_errors() {
             assert_eq!(stderr_of(&out).lines().count(), 1, "{args:?}");
         }
     }
-    let mut cmd = Lockrun::bare();
-    cmd.arg("--help");
-    let help = stdout_of(&run(cmd));
-    assert!(
-        help.contains("lockrun status"),
-        "the run form's help names the commands: {help}"
-    );
+    // Both tiers: the usage names them.
+    for flag in ["--help", "-h"] {
+        let mut cmd = Lockrun::bare();
+        cmd.arg(flag);
+        let help = stdout_of(&run(cmd));
+        assert!(
+            help.contains("lockrun <status|list|release|history|doctor|run>"),
+            "the run form's help names the commands: {help}"
+        );
+    }
 }
 
 #[test]
