@@ -507,7 +507,7 @@ if [ "$rpm_wanted" = 1 ]; then
            /usr/share/bash-completion/completions/lockrun /usr/share/zsh/site-functions/_lockrun \
            /usr/share/fish/vendor_completions.d/lockrun.fish /usr/share/licenses/lockrun/LICENSE-MIT \
            /usr/share/doc/lockrun/examples/lockrun-example.timer \
-           /usr/share/doc/lockrun/examples/lockrun.rules.yml; do
+           /usr/share/doc/lockrun/examples/lockrun.rules.yml /usr/share/doc/lockrun/docs/guide.md; do
     grep -qx "$f" "$tmp/rpm.list" || fail "$f missing from $rpm_file"
   done
   ok "built $rpm_file ($(wc -l <"$tmp/rpm.list") files, static /usr/bin/lockrun)"
@@ -529,6 +529,10 @@ for f in /usr/share/bash-completion/completions/lockrun /usr/share/zsh/vendor-co
          /usr/share/fish/vendor_completions.d/lockrun.fish /usr/share/doc/lockrun/copyright \
          /usr/share/doc/lockrun/examples/lockrun.rules.yml; do
   [ -s "$f" ] || fail "$f missing from the package"
+done
+# The installed README's links to docs/ resolve: every document ships beside it.
+for f in docs/*.md; do
+  [ -s "/usr/share/doc/lockrun/$f" ] || fail "/usr/share/doc/lockrun/$f missing from the package (README.md links to it)"
 done
 # The alert rules as shipped are the ones tests/cases/alerting.rs checks with promtool.
 cmp -s /usr/share/doc/lockrun/examples/lockrun.rules.yml packaging/prometheus/lockrun.rules.yml \
