@@ -672,7 +672,15 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let mut argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match plain_run(&argv) {
+        Some(run) => Ok(run),
+        None => parse_whole(argv),
+    }
+}
+
+/// [`parse_from`] by the whole [`command`].
+fn parse_whole(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
     let mut cmd = without_empty_env(command());
     let word = first_positional(&cmd, &argv).filter(|&i| cmd.find_subcommand(&argv[i]).is_some());
     if let Some(at) = word {
@@ -697,6 +705,23 @@ where
             }),
         });
     parsed.map_err(|e| said(&cmd, e, &argv))
+}
+
+/// The common line, a run that parses, read by the run form's own part of [`command`] alone:
+/// the same definition without its subcommands (each a copy of the connection and log options)
+/// and their help texts, which a run does not need and every cron tick would pay to build.
+/// `None` for everything else (an operators' command or `run` as the first word, help,
+/// version, any error), which [`parse_whole`] reads with the whole command: a line with no
+/// command word parses to the same [`Args`] either way (the test `a_plain_run_is_read_as_the_whole_command_reads_it`).
+fn plain_run(argv: &[OsString]) -> Option<Invocation> {
+    use clap::Subcommand as _;
+    let mut cmd = without_empty_env(Args::command());
+    let word = first_positional(&cmd, argv).map(|i| argv[i].to_string_lossy());
+    if word.is_some_and(|w| w == "run" || verbs::Verb::has_subcommand(&w)) {
+        return None;
+    }
+    let m = cmd.try_get_matches_from_mut(argv).ok()?;
+    run_from(&m).ok()
 }
 
 /// The run form from its matches (the whole line's, or `run`'s).
@@ -984,6 +1009,83 @@ static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_run_is_read_as_the_whole_command_reads_it() {
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let argv = |line: &[&str]| -> Vec<OsString> {
+            std::iter::once("lockrun")
+                .chain(line.iter().copied())
+                .map(OsString::from)
+                .collect()
+        };
+        for line in [
+            &["k", "--", "true"][..],
+            &[
+                "-q",
+                "-E",
+                "0",
+                "--every",
+                "1m",
+                "nightly",
+                "--",
+                "/bin/report.sh",
+                "-x",
+            ],
+            &[
+                "-r",
+                "redis://a:1",
+                "-r",
+                "redis://b,redis://c",
+                "-t5s",
+                "-vv",
+                "k",
+                "ls",
+                "-la",
+            ],
+            &[
+                "-w",
+                "forever",
+                "--limit",
+                "3",
+                "--log-format=json",
+                "k",
+                "--",
+                "-q",
+            ],
+            &["k", "-q", "--", "cmd"],
+            &[
+                "--metrics-file",
+                "/tmp/m.prom",
+                "--kill-after",
+                "3s",
+                "--no-group",
+                "k",
+                "x",
+            ],
+        ] {
+            let Some(Invocation::Run(fast)) = plain_run(&argv(line)) else {
+                panic!("{line:?}: not read as a plain run");
+            };
+            match parse_whole(argv(line)) {
+                Ok(Invocation::Run(whole)) => assert_eq!(fast, whole, "{line:?}"),
+                other => panic!("{line:?}: the whole command read {other:?}"),
+            }
+        }
+        // Everything else is left to the whole command.
+        for line in [
+            &["status", "k"][..],
+            &["-r", "redis://a", "list"],
+            &["run", "status", "--", "true"],
+            &["-h"],
+            &["--version"],
+            &["k"],
+            &["-t", "0", "k", "true"],
+            &["--bogus", "k", "true"],
+        ] {
+            assert!(plain_run(&argv(line)).is_none(), "{line:?}");
+        }
+    }
 
     fn parse(args: &[&str]) -> Result<Args, ExitCode> {
         match parse_any(args)? {
