@@ -128,9 +128,7 @@ fn with_table(doc: &str, table: &str) -> std::io::Result<String> {
             format!("docs/guide.md has no line {m}"),
         )
     };
-    let begin = doc
-        .find(TABLE_BEGIN)
-        .ok_or_else(|| missing(TABLE_BEGIN))?;
+    let begin = doc.find(TABLE_BEGIN).ok_or_else(|| missing(TABLE_BEGIN))?;
     let end = doc[begin..]
         .find(TABLE_END)
         .map(|at| begin + at)
