@@ -61,8 +61,8 @@ const OUTPUT: &str = "Output";
 pub struct Args {
     /// Lease length, renewed every TTL/3
     ///
-    /// Renewed while the command runs: 100ms to 24h (500ms, 30s, 5m, 1h, 1d; a bare number is
-    /// seconds).
+    /// The lease is renewed while the command runs. 100ms to 24h (500ms, 30s, 5m, 1h, 1d; a bare
+    /// number is seconds).
     #[arg(short, long, env = "LOCKRUN_TTL", default_value = DEFAULT_TTL, value_name = "DURATION",
           value_parser = parse_ttl, allow_hyphen_values = true, hide_env_values = true,
           help_heading = LOCK)]
@@ -78,7 +78,7 @@ pub struct Args {
 
     /// Exit code when the lock is held
     ///
-    /// Held elsewhere: 0 to 255 (0 = skip silently, 1 = like flock).
+    /// Used when another holder has the lock: 0 to 255 (0 = skip silently, 1 = like flock).
     #[arg(short = 'E', long, env = "LOCKRUN_CONFLICT_EXIT_CODE", default_value_t = crate::exit_codes::DEFAULT_CONFLICT,
           value_name = "N", value_parser = parse_exit_code, allow_negative_numbers = true,
           hide_env_values = true, help_heading = LOCK)]
@@ -86,7 +86,7 @@ pub struct Args {
 
     /// Let up to N holders run at once (a semaphore)
     ///
-    /// Under KEY, 1 to 100000.
+    /// 1 to 100000 holders under KEY.
     #[arg(short, long, env = "LOCKRUN_LIMIT", value_name = "N", value_parser = parse_limit,
           allow_negative_numbers = true, hide_env_values = true, help_heading = LOCK)]
     pub limit: Option<u32>,
@@ -126,7 +126,7 @@ pub struct Args {
 
     /// Grace between SIGTERM and SIGKILL
     ///
-    /// Whenever lockrun has to stop the command (at most TTL/3 when the lock is being lost).
+    /// Used whenever lockrun has to stop the command; at most TTL/3 when the lock is being lost.
     #[arg(long, env = "LOCKRUN_KILL_AFTER", default_value = DEFAULT_KILL_AFTER, value_name = "DURATION",
           value_parser = duration::parse, allow_hyphen_values = true, hide_env_values = true,
           help_heading = JOB)]
@@ -154,7 +154,7 @@ pub struct Args {
 
     /// Write how the run ended to PATH, for Prometheus
     ///
-    /// When lockrun ends, in Prometheus text format, for node_exporter's textfile collector
+    /// Written when lockrun ends, in Prometheus text format, for node_exporter's textfile collector
     /// (replaced atomically; a failure to write is a warning). A relative PATH is from lockrun's
     /// working directory. A directory that does not exist is not a usage error: the write fails
     /// at the end with a warning, and the exit code stays the run's.
@@ -167,8 +167,8 @@ pub struct Args {
 
     /// Count the lock only once N replicas have it
     ///
-    /// And each renewal as confirmed (Redis WAIT), so a failover to a replica cannot lose it; 0
-    /// to 100 (0: don't wait).
+    /// The lock counts as taken, and each renewal as confirmed, only once N replicas have it
+    /// (Redis WAIT), so a failover to a replica cannot lose it; 0 to 100 (0: don't wait).
     ///
     /// WAIT N waits within two thirds of the request timeout (in a Cluster, a quarter of it).
     /// Fewer replicas: the key is given back and the run is unavailable (exit 69; retried while
@@ -270,7 +270,7 @@ pub struct Connection {
 
     /// Trust only the CA certificates in FILE (PEM)
     ///
-    /// rediss://: instead of the system store, for a private CA, without changing the machine's
+    /// For rediss://, instead of the system store: a private CA, without changing the machine's
     /// trust store. rediss:// here and in the options below includes valkeys://,
     /// rediss+sentinel:// and rediss+cluster://.
     #[arg(long, env = "LOCKRUN_TLS_CA", value_name = "FILE", hide_env_values = true,
@@ -279,14 +279,14 @@ pub struct Connection {
 
     /// Present this client certificate (PEM)
     ///
-    /// rediss://: for servers with tls-auth-clients. With --tls-key: both or neither.
+    /// For rediss:// servers with tls-auth-clients. With --tls-key: both or neither.
     #[arg(long, env = "LOCKRUN_TLS_CERT", value_name = "FILE", hide_env_values = true,
           help_heading = TLS)]
     pub tls_cert: Option<std::path::PathBuf>,
 
     /// The client certificate's private key (PEM)
     ///
-    /// rediss://: with --tls-cert: both or neither.
+    /// With --tls-cert: both or neither.
     #[arg(long, env = "LOCKRUN_TLS_KEY", value_name = "FILE", hide_env_values = true,
           help_heading = TLS)]
     pub tls_key: Option<std::path::PathBuf>,
@@ -335,7 +335,7 @@ pub struct Logs {
 
     /// Log line format: text or json
     ///
-    /// Of lockrun's own lines on stderr. json: one object per line (timestamp, level, message,
+    /// For lockrun's own lines on stderr. json: one object per line (timestamp, level, message,
     /// fields), for log pipelines.
     #[arg(long, env = "LOCKRUN_LOG_FORMAT", value_enum, default_value_t = Format::Text, value_name = "FORMAT",
           hide_env_values = true, hide_possible_values = true, help_heading = OUTPUT)]
@@ -707,12 +707,12 @@ fn parse_whole(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
     parsed.map_err(|e| said(&cmd, e, &argv))
 }
 
-/// The common line, a run that parses, read by the run form's own part of [`command`] alone:
-/// the same definition without its subcommands (each a copy of the connection and log options)
-/// and their help texts, which a run does not need and every cron tick would pay to build.
-/// `None` for everything else (an operators' command or `run` as the first word, help,
-/// version, any error), which [`parse_whole`] reads with the whole command: a line with no
-/// command word parses to the same [`Args`] either way (the test `a_plain_run_is_read_as_the_whole_command_reads_it`).
+/// The common line, a run that parses, read by the run form's own part of [`command`] alone: the
+/// same definition without its subcommands (each a copy of the connection and log options) and
+/// their help texts, which a run does not need and every cron tick would pay to build. `None` for
+/// everything else (an operators' command or `run` as the first word, help, version, any error),
+/// which [`parse_whole`] reads with the whole command: a line with no command word parses to the
+/// same [`Args`] either way (the test `a_plain_run_is_read_as_the_whole_command_reads_it`).
 fn plain_run(argv: &[OsString]) -> Option<Invocation> {
     use clap::Subcommand as _;
     let mut cmd = without_empty_env(Args::command());
