@@ -935,7 +935,7 @@ fn check_shell_syntax(script: &str) -> Result<(), String> {
         let command = words
             .iter()
             .map(String::as_str)
-            .find(|w| !(w.contains('=') && !w.starts_with('-')) && *w != "sudo");
+            .find(|w| !is_assignment(w) && *w != "sudo");
         let Some(command) = command else { continue };
         let known = command == "lockrun"
             || STAND_INS.contains(&command)
@@ -956,6 +956,13 @@ fn check_shell_syntax(script: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `NAME=value`, a variable for the command that follows.
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// The words of a shell line up to a comment, quotes removed (enough for the docs' lines:
@@ -1032,6 +1039,15 @@ fn check_cargo_install(words: &[String]) -> Result<(), String> {
     }
     if !words.iter().any(|w| w == "--locked") {
         return Err("without --locked it builds with other dependencies than tested".into());
+    }
+    // `--locked` needs the lock file in the repository, `--git` the package at its root.
+    let tracked = Command::new("git")
+        .args(["ls-files", "--error-unmatch", "Cargo.lock", "Cargo.toml"])
+        .current_dir(root())
+        .output()
+        .map(|o| o.status.success());
+    if tracked.is_ok_and(|ok| !ok) {
+        return Err("Cargo.lock and Cargo.toml must be committed at the repository's root".into());
     }
     Ok(())
 }
