@@ -26,8 +26,13 @@
 //! - `dockerfile`: no Docker here, so syntax-only too: every line is an instruction, a `COPY
 //!   --from=lockrun` names the path lockrun has in packaging/Dockerfile, and a `CMD` is lockrun's
 //!   arguments (checked as above).
-//! - No info string or `text`, `ini`, `promql`: output, synopses and configuration excerpts;
-//!   not run. A marker on one is an error (it would suggest a check that does not happen).
+//! - No info string, starting with `$ `: a transcript. Each `$` command is run (the keys it
+//!   names held by a job of the test, with a finished run in their history, as shown), and must
+//!   print what is shown in shape: the report's first line (a table's header, `key:`), each log
+//!   line's level and message, no error that is not shown; `$ echo $?` the exit code shown.
+//! - Other blocks with no info string, or `text`, `ini`, `promql`: output, synopses (`lockrun
+//!   status <KEY>`) and configuration excerpts (the ACL line is tested word for word by
+//!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that does not happen).
 //! - Any other info string fails the test: a new kind of example needs a decision here.
 //!
 //! Markers, an HTML comment on the nearest non-blank line above the fence (invisible when the
@@ -201,6 +206,7 @@ struct Counts {
     yaml: usize,
     dockerfile: usize,
     lockrun_checked: usize,
+    transcripts: usize,
     output: usize,
 }
 
@@ -235,7 +241,8 @@ fn every_example_in_the_docs_runs_or_is_checked() {
             && counts.filters > 0
             && counts.cron_lines > 0
             && counts.yaml > 0
-            && counts.lockrun_checked > 0,
+            && counts.lockrun_checked > 0
+            && counts.transcripts > 0,
         "some kind of example was never exercised: {counts:?}"
     );
 }
@@ -389,6 +396,11 @@ impl Fixture {
             "/etc/lockrun/redis.pw".to_string(),
             pw_file.display().to_string(),
         ));
+        // The doctor transcript's local Redis on a unix socket.
+        map.push((
+            "unix:///run/redis/redis.sock".to_string(),
+            format!("unix://{}", self.main.socket.display()),
+        ));
         // The Redlock examples' three independent masters.
         if let Some(servers) = &self.redlock {
             for (host, s) in ["a", "b", "c"].iter().zip(servers) {
@@ -430,6 +442,10 @@ impl Fixture {
     fn handle(&mut self, b: &Block, counts: &mut Counts) -> Result<(), String> {
         let marker = marker(b)?;
         match (b.info.as_str(), marker) {
+            ("", None) if b.body.trim_start().starts_with("$ ") => {
+                counts.transcripts += 1;
+                self.run_transcript(b)
+            }
             ("" | "text" | "ini" | "promql", None) => {
                 counts.output += 1;
                 Ok(())
@@ -505,6 +521,126 @@ impl Fixture {
                 &script,
                 &out,
             ));
+        }
+        Ok(())
+    }
+
+    /// A transcript: `$ command` lines, each followed by what it printed. Each command is run
+    /// with the key it names held by a job of the test (and one finished run in its history),
+    /// as in the transcript; what it prints must match in shape: the same first line of its
+    /// report (the table's header, `key:`), the same log lines (level and message; an error
+    /// shown is an error printed, and none other), and `echo $?` the same exit code.
+    fn run_transcript(&mut self, b: &Block) -> Result<(), String> {
+        self.flush();
+        let scratch = Scratch::new();
+        let (map, _) = self.mapping(&b.body, &scratch);
+        let body = substitute(&b.body, &map);
+        let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+        for line in body.lines() {
+            match line.strip_prefix("$ ") {
+                Some(cmd) => steps.push((cmd.to_string(), Vec::new())),
+                None if !line.trim().is_empty() => steps.last_mut().unwrap().1.push(line.into()),
+                None => {}
+            }
+        }
+        let mut holders = Vec::new();
+        for (cmd, _) in &steps {
+            let words = shell_words(cmd);
+            if words.first().map(String::as_str) != Some("lockrun") {
+                continue;
+            }
+            // The key or pattern after the operators' word; a pattern's first match.
+            if let Some(key) = words
+                .iter()
+                .skip(2)
+                .find(|w| !w.starts_with('-') && !w.contains(':'))
+            {
+                let key = key.replace('*', "eu");
+                if !self.main.exists(&key) {
+                    holders.push(self.hold(&key, &scratch));
+                }
+            }
+        }
+        let result = self.transcript_steps(&steps, &scratch);
+        for mut h in holders {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+        result
+    }
+
+    /// A job of the test holding `key` (after one finished run of it, for the history).
+    fn hold(&self, key: &str, scratch: &Scratch) -> std::process::Child {
+        let lockrun = |args: &[&str]| {
+            let mut c = Command::new(lockrun_bin());
+            c.args(["-r", &self.main.url(), key, "--"])
+                .args(args)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .current_dir(&scratch.work)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            c
+        };
+        let done = lockrun(&["true"]).status().expect("run lockrun");
+        assert!(done.success(), "a run of {key}: {done}");
+        let child = lockrun(&["sleep", "60"]).spawn().expect("start lockrun");
+        self.main
+            .wait_until(&format!("{key} held"), |s| s.exists(key));
+        child
+    }
+
+    fn transcript_steps(
+        &self,
+        steps: &[(String, Vec<String>)],
+        scratch: &Scratch,
+    ) -> Result<(), String> {
+        let mut last: Option<i32> = None;
+        for (cmd, shown) in steps {
+            if cmd.trim() == "echo $?" {
+                let want = shown.first().map(String::as_str).unwrap_or_default();
+                if last.map(|c| c.to_string()).as_deref() != Some(want) {
+                    return Err(format!(
+                        "`$ {cmd}` shows {want}, the command exited {last:?}"
+                    ));
+                }
+                continue;
+            }
+            let out = Command::new("timeout")
+                .args(["60", "bash", "-c", cmd])
+                .current_dir(&scratch.work)
+                .env_clear()
+                .env("PATH", scratch.path())
+                .env("HOME", &scratch.work)
+                .env("LOCKRUN_REDIS_URL", self.main.url())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run bash");
+            last = out.status.code();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let fail = |what: String| Err(explain(&format!("`$ {cmd}`: {what}"), cmd, &out));
+            let shown_report: Vec<&String> =
+                shown.iter().filter(|l| log_line(l).is_none()).collect();
+            if let Some(first) = shown_report.first() {
+                let got = stdout.lines().next().unwrap_or_default();
+                if squeeze(got) != squeeze(first) {
+                    return fail(format!("its report should begin like {first:?}"));
+                }
+            }
+            let printed: Vec<(String, String)> = stderr.lines().filter_map(log_line).collect();
+            for want in shown.iter().filter_map(|l| log_line(l)) {
+                if !printed.contains(&want) {
+                    return fail(format!("no {} line {:?}", want.0, want.1));
+                }
+            }
+            let shows_error = shown
+                .iter()
+                .any(|l| log_line(l).is_some_and(|(level, _)| level == "ERROR"));
+            if !shows_error && printed.iter().any(|(level, _)| level == "ERROR") {
+                return fail("an error the transcript does not show".into());
+            }
         }
         Ok(())
     }
@@ -857,6 +993,22 @@ impl Fixture {
         }
         Ok(())
     }
+}
+
+/// A log line's level and message (the words before its first `field=`), or None.
+fn log_line(line: &str) -> Option<(String, String)> {
+    let mut words = line.split_whitespace();
+    words.next()?;
+    let level = words.next()?;
+    if !["INFO", "WARN", "ERROR"].contains(&level) {
+        return None;
+    }
+    let message: Vec<&str> = words.take_while(|w| !w.contains('=')).collect();
+    Some((level.to_string(), message.join(" ")))
+}
+
+fn squeeze(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `text` with each mapped name replaced.
