@@ -30,6 +30,9 @@
 //!   names held by a job of the test, with a finished run in their history, as shown), and must
 //!   print what is shown in shape: the report's first line (a table's header, `key:`), each log
 //!   line's level and message, no error that is not shown; `$ echo $?` the exit code shown.
+//! - No info string, marked `output`: what the shell block above it prints. Each log line shown
+//!   (level and message) must be printed at least as often as shown, a table header shown must
+//!   be printed; the rest (times, hosts, pids) differs from run to run and is not compared.
 //! - Other blocks with no info string, or `text`, `ini`, `promql`: output, synopses (`lockrun
 //!   status <KEY>`) and configuration excerpts (the ACL line is tested word for word by
 //!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that does not happen).
@@ -42,6 +45,7 @@
 //!   a whole test suite). Shell is checked with `bash -n`, each command must exist (on PATH, a
 //!   builtin, lockrun, a stand-in job, or one of [`OUTSIDE_TOOLS`]) and each repository path it
 //!   names must exist. A `cron` block cannot be marked: it can always run.
+//! - `<!-- example: output -->`: an output block, compared with the shell block above it.
 //! - `<!-- example: filter: lockrun's error lines -->`: each line of the block is a filter (a
 //!   grep). It is fed what lockrun writes on stderr, text and JSON, successes and errors of
 //!   every stage, and must print exactly the error lines of one format.
@@ -180,6 +184,7 @@ fn all_blocks() -> Vec<Block> {
 enum Marker {
     SyntaxOnly,
     Filter,
+    Output,
 }
 
 fn marker(b: &Block) -> Result<Option<Marker>, String> {
@@ -192,6 +197,9 @@ fn marker(b: &Block) -> Result<Option<Marker>, String> {
     }
     if m.starts_with("filter:") {
         return Ok(Some(Marker::Filter));
+    }
+    if m == "output" {
+        return Ok(Some(Marker::Output));
     }
     Err(format!("unknown marker <!-- example: {m} -->"))
 }
@@ -207,6 +215,7 @@ struct Counts {
     dockerfile: usize,
     lockrun_checked: usize,
     transcripts: usize,
+    outputs_compared: usize,
     output: usize,
 }
 
@@ -242,7 +251,8 @@ fn every_example_in_the_docs_runs_or_is_checked() {
             && counts.cron_lines > 0
             && counts.yaml > 0
             && counts.lockrun_checked > 0
-            && counts.transcripts > 0,
+            && counts.transcripts > 0
+            && counts.outputs_compared > 0,
         "some kind of example was never exercised: {counts:?}"
     );
 }
@@ -268,6 +278,8 @@ struct Fixture {
     password: Option<Server>,
     /// Input for the filter blocks, made once: (all stderr lines, text errors, JSON errors).
     error_lines: Option<(String, Vec<String>, Vec<String>)>,
+    /// The last shell block run: its file and what it printed, for an output block below it.
+    last_run: Option<(String, Output)>,
 }
 
 const PASSWORD: &str = "doc-example-password";
@@ -353,6 +365,7 @@ impl Fixture {
             redlock: None,
             password: None,
             error_lines: None,
+            last_run: None,
         }
     }
 
@@ -441,10 +454,18 @@ impl Fixture {
 
     fn handle(&mut self, b: &Block, counts: &mut Counts) -> Result<(), String> {
         let marker = marker(b)?;
+        if marker != Some(Marker::Output) {
+            // An output block compares with the block right above it, never an older one.
+            self.last_run = None;
+        }
         match (b.info.as_str(), marker) {
             ("", None) if b.body.trim_start().starts_with("$ ") => {
                 counts.transcripts += 1;
                 self.run_transcript(b)
+            }
+            ("", Some(Marker::Output)) => {
+                counts.outputs_compared += 1;
+                self.compare_output(b)
             }
             ("" | "text" | "ini" | "promql", None) => {
                 counts.output += 1;
@@ -507,6 +528,7 @@ impl Fixture {
             .stdin(Stdio::null())
             .output()
             .expect("run bash");
+        self.last_run = Some((b.file.clone(), out.clone()));
         if !out.status.success() {
             return Err(explain("the block failed", &script, &out));
         }
@@ -640,6 +662,45 @@ impl Fixture {
                 .any(|l| log_line(l).is_some_and(|(level, _)| level == "ERROR"));
             if !shows_error && printed.iter().any(|(level, _)| level == "ERROR") {
                 return fail("an error the transcript does not show".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// An output block (marked `output`) below the shell block that prints it: each log line
+    /// shown (level and message) is printed at least as many times as shown, and a table's
+    /// header shown is printed as the header of a table.
+    fn compare_output(&self, b: &Block) -> Result<(), String> {
+        let Some((file, out)) = self.last_run.as_ref().filter(|(f, _)| *f == b.file) else {
+            return Err("an output block, but no shell block of this file was run above it".into());
+        };
+        let printed: Vec<(String, String)> = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter_map(log_line)
+            .collect();
+        let shown: Vec<(String, String)> = b.body.lines().filter_map(log_line).collect();
+        for want in &shown {
+            let n_shown = shown.iter().filter(|l| *l == want).count();
+            let n_printed = printed.iter().filter(|l| *l == want).count();
+            if n_printed < n_shown {
+                return Err(explain(
+                    &format!(
+                        "shows {n_shown} {} line(s) {:?}, the block above ({file}) printed {n_printed}",
+                        want.0, want.1
+                    ),
+                    "(the block above)",
+                    out,
+                ));
+            }
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for header in b.body.lines().filter(|l| is_table_header(l)) {
+            if !stdout.lines().any(|l| squeeze(l) == squeeze(header)) {
+                return Err(explain(
+                    &format!("shows the header {header:?}, which the block above never printed"),
+                    "(the block above)",
+                    out,
+                ));
             }
         }
         Ok(())
@@ -1005,6 +1066,15 @@ fn log_line(line: &str) -> Option<(String, String)> {
     }
     let message: Vec<&str> = words.take_while(|w| !w.contains('=')).collect();
     Some((level.to_string(), message.join(" ")))
+}
+
+/// A table's header: several words, all capitals.
+fn is_table_header(line: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words.len() >= 3
+        && words
+            .iter()
+            .all(|w| w.chars().all(|c| c.is_ascii_uppercase()))
 }
 
 fn squeeze(line: &str) -> String {
