@@ -8,7 +8,9 @@
 //!   pasted whole, and -e stops at the first failing command instead of hiding it), the built
 //!   lockrun first on PATH, `REDIS` and `LOCKRUN_REDIS_URL` naming the test's server. It must
 //!   exit 0, every stand-in job it names must have run, and the servers it names must hold the
-//!   keys of its runs (a run that went to some other Redis on 6379 proves nothing).
+//!   keys of its runs (a run that went to some other Redis on 6379 proves nothing). A block
+//!   using one of [`NEVER_RUN`] (installs, root, Docker, the test suite) is refused unrun: it
+//!   must be marked syntax-only.
 //! - `cron`: each line is a variable (`NAME=value`) or five time fields and a command. The
 //!   command is run once through `sh -c` with only the block's variables and cron's PATH (plus
 //!   lockrun's directory), as cron runs it; it must exit 0 and, under `-q`, print nothing (cron
@@ -35,7 +37,8 @@
 //!   be printed; the rest (times, hosts, pids) differs from run to run and is not compared.
 //! - Other blocks with no info string, or `text`, `ini`, `promql`: output, synopses (`lockrun
 //!   status <KEY>`) and configuration excerpts (the ACL line is tested word for word by
-//!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that does not happen).
+//!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that
+//!   does not happen).
 //! - Any other info string fails the test: a new kind of example needs a decision here.
 //!
 //! Markers, an HTML comment on the nearest non-blank line above the fence (invisible when the
@@ -1262,14 +1265,9 @@ fn check_cargo_install(words: &[String]) -> Result<(), String> {
     if !words.iter().any(|w| w == "--locked") {
         return Err("without --locked it builds with other dependencies than tested".into());
     }
-    // `--locked` needs the lock file in the repository, `--git` the package at its root.
-    let tracked = Command::new("git")
-        .args(["ls-files", "--error-unmatch", "Cargo.lock", "Cargo.toml"])
-        .current_dir(root())
-        .output()
-        .map(|o| o.status.success());
-    if tracked.is_ok_and(|ok| !ok) {
-        return Err("Cargo.lock and Cargo.toml must be committed at the repository's root".into());
+    // `--locked` needs the lock file committed beside the manifest.
+    if !root().join("Cargo.lock").is_file() {
+        return Err("--locked needs Cargo.lock at the repository's root".into());
     }
     Ok(())
 }
