@@ -28,7 +28,7 @@
 //! - `dockerfile`: no Docker here, so syntax-only too: every line is an instruction, a `COPY
 //!   --from=lockrun` names the path lockrun has in packaging/Dockerfile, and a `CMD` is lockrun's
 //!   arguments (checked as above).
-//! - No info string, starting with `$ `: a transcript. Each `$` command is run (the keys it
+//! - `console`, or no info string and starting with `$ `: a transcript. Each `$` command is run (the keys it
 //!   names held by a job of the test, with a finished run in their history, as shown), and must
 //!   print what is shown in shape: the report's first line (a table's header, `key:`), each log
 //!   line's level and message, no error that is not shown; `$ echo $?` the exit code shown.
@@ -462,6 +462,10 @@ impl Fixture {
             self.last_run = None;
         }
         match (b.info.as_str(), marker) {
+            ("console", None) => {
+                counts.transcripts += 1;
+                self.run_transcript(b)
+            }
             ("", None) if b.body.trim_start().starts_with("$ ") => {
                 counts.transcripts += 1;
                 self.run_transcript(b)
