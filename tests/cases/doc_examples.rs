@@ -592,7 +592,9 @@ impl Fixture {
         }
         let result = self.transcript_steps(&steps, &scratch);
         for mut h in holders {
-            let _ = h.kill();
+            // SIGTERM, not SIGKILL: lockrun passes it on to its job's process group and
+            // releases, so no `sleep` outlives the test.
+            crate::support::kill(h.id(), libc::SIGTERM);
             let _ = h.wait();
         }
         result
