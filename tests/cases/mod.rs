@@ -5,6 +5,7 @@ mod command_cannot_start;
 mod contention;
 mod core;
 mod cron;
+mod doc_examples;
 mod doc_links;
 mod doctor;
 mod faults;
