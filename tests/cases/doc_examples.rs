@@ -925,8 +925,8 @@ impl Fixture {
     }
 
     fn check_yaml(&mut self, b: &Block, counts: &mut Counts) -> Result<(), String> {
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&b.body).map_err(|e| format!("not YAML: {e}"))?;
+        let doc: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&b.body).map_err(|e| format!("not YAML: {e}"))?;
         for (file, copy) in COPIES.iter().filter(|(f, _)| *f == b.file) {
             let shipped = std::fs::read_to_string(root().join(copy)).unwrap();
             let shipped: String = shipped
@@ -1278,11 +1278,11 @@ fn check_cargo_install(words: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn yaml_string(v: &serde_yaml::Value) -> Option<String> {
+fn yaml_string(v: &serde_yaml_ng::Value) -> Option<String> {
     match v {
-        serde_yaml::Value::String(s) => Some(s.clone()),
-        serde_yaml::Value::Number(n) => Some(n.to_string()),
-        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml_ng::Value::String(s) => Some(s.clone()),
+        serde_yaml_ng::Value::Number(n) => Some(n.to_string()),
+        serde_yaml_ng::Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
 }
@@ -1290,13 +1290,13 @@ fn yaml_string(v: &serde_yaml::Value) -> Option<String> {
 /// Every variable an example defines: `env:`/`variables:` mappings (Actions, GitLab) and
 /// `env:` lists of `name`/`value` (Kubernetes). A value from a secret (`${{ secrets.… }}`,
 /// `valueFrom`) is defined but has no value here.
-fn collect_env(v: &serde_yaml::Value, out: &mut Vec<(String, String)>) {
+fn collect_env(v: &serde_yaml_ng::Value, out: &mut Vec<(String, String)>) {
     match v {
-        serde_yaml::Value::Mapping(m) => {
+        serde_yaml_ng::Value::Mapping(m) => {
             for (k, val) in m {
                 let key = k.as_str().unwrap_or_default();
                 match (key, val) {
-                    ("env" | "variables", serde_yaml::Value::Mapping(vars)) => {
+                    ("env" | "variables", serde_yaml_ng::Value::Mapping(vars)) => {
                         for (name, value) in vars {
                             let value = yaml_string(value).unwrap_or_default();
                             let value = if value.contains("${{") {
@@ -1307,7 +1307,7 @@ fn collect_env(v: &serde_yaml::Value, out: &mut Vec<(String, String)>) {
                             out.push((name.as_str().unwrap_or_default().to_string(), value));
                         }
                     }
-                    ("env", serde_yaml::Value::Sequence(list)) => {
+                    ("env", serde_yaml_ng::Value::Sequence(list)) => {
                         for item in list {
                             let name = item["name"].as_str().unwrap_or_default().to_string();
                             let value = yaml_string(&item["value"]).unwrap_or_default();
@@ -1318,40 +1318,40 @@ fn collect_env(v: &serde_yaml::Value, out: &mut Vec<(String, String)>) {
                 }
             }
         }
-        serde_yaml::Value::Sequence(s) => s.iter().for_each(|x| collect_env(x, out)),
+        serde_yaml_ng::Value::Sequence(s) => s.iter().for_each(|x| collect_env(x, out)),
         _ => {}
     }
 }
 
 /// The shell lines an example runs: Actions' `run:`, GitLab's `script:` and friends.
-fn collect_shell_lines(v: &serde_yaml::Value, out: &mut Vec<String>) {
+fn collect_shell_lines(v: &serde_yaml_ng::Value, out: &mut Vec<String>) {
     match v {
-        serde_yaml::Value::Mapping(m) => {
+        serde_yaml_ng::Value::Mapping(m) => {
             for (k, val) in m {
                 match (k.as_str().unwrap_or_default(), val) {
-                    ("run", serde_yaml::Value::String(s)) => {
+                    ("run", serde_yaml_ng::Value::String(s)) => {
                         out.extend(s.lines().map(String::from))
                     }
                     (
                         "script" | "before_script" | "after_script",
-                        serde_yaml::Value::Sequence(l),
+                        serde_yaml_ng::Value::Sequence(l),
                     ) => out.extend(l.iter().filter_map(yaml_string)),
                     _ => collect_shell_lines(val, out),
                 }
             }
         }
-        serde_yaml::Value::Sequence(s) => s.iter().for_each(|x| collect_shell_lines(x, out)),
+        serde_yaml_ng::Value::Sequence(s) => s.iter().for_each(|x| collect_shell_lines(x, out)),
         _ => {}
     }
 }
 
 /// A container's `command:` (and `args:`) that runs lockrun.
-fn collect_commands(v: &serde_yaml::Value, out: &mut Vec<Vec<String>>) {
+fn collect_commands(v: &serde_yaml_ng::Value, out: &mut Vec<Vec<String>>) {
     match v {
-        serde_yaml::Value::Mapping(m) => {
-            if let Some(serde_yaml::Value::Sequence(c)) = m.get("command") {
+        serde_yaml_ng::Value::Mapping(m) => {
+            if let Some(serde_yaml_ng::Value::Sequence(c)) = m.get("command") {
                 let mut argv: Vec<String> = c.iter().filter_map(yaml_string).collect();
-                if let Some(serde_yaml::Value::Sequence(a)) = m.get("args") {
+                if let Some(serde_yaml_ng::Value::Sequence(a)) = m.get("args") {
                     argv.extend(a.iter().filter_map(yaml_string));
                 }
                 if argv.first().map(String::as_str) == Some("lockrun") {
@@ -1360,7 +1360,7 @@ fn collect_commands(v: &serde_yaml::Value, out: &mut Vec<Vec<String>>) {
             }
             m.values().for_each(|x| collect_commands(x, out));
         }
-        serde_yaml::Value::Sequence(s) => s.iter().for_each(|x| collect_commands(x, out)),
+        serde_yaml_ng::Value::Sequence(s) => s.iter().for_each(|x| collect_commands(x, out)),
         _ => {}
     }
 }
