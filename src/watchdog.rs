@@ -170,18 +170,9 @@ pub async fn run<L: LockService>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_job_is_stopped_ahead_of_the_deadline() {
-        let ms = Duration::from_millis;
-        assert_eq!(margin(ms(100)), ms(5));
-        assert_eq!(margin(Duration::from_secs(30)), ms(1000));
-        assert_eq!(margin(Duration::from_secs(2)), ms(100));
-        // Default TTL and --kill-after: the grace fits.
-        assert_eq!(loss_grace(Duration::from_secs(30), ms(10_000)), ms(10_000));
-        // A short TTL clamps it to a third of the lease.
-        assert_eq!(loss_grace(ms(900), ms(10_000)), ms(300));
-        let now = Instant::now();
-        let lease = Lease {
+    /// A lease of key `k` sent and confirmed at `now`.
+    fn lease_at(now: Instant) -> Lease {
+        Lease {
             key: "k".into(),
             holder: crate::lock::Holder {
                 token: "t".into(),
@@ -193,7 +184,21 @@ mod tests {
             fence: 1,
             sent_at: now,
             confirmed_at: now,
-        };
+        }
+    }
+
+    #[test]
+    fn the_job_is_stopped_ahead_of_the_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(margin(ms(100)), ms(5));
+        assert_eq!(margin(Duration::from_secs(30)), ms(1000));
+        assert_eq!(margin(Duration::from_secs(2)), ms(100));
+        // Default TTL and --kill-after: the grace fits.
+        assert_eq!(loss_grace(Duration::from_secs(30), ms(10_000)), ms(10_000));
+        // A short TTL clamps it to a third of the lease.
+        assert_eq!(loss_grace(ms(900), ms(10_000)), ms(300));
+        let now = Instant::now();
+        let lease = lease_at(now);
         let d = Deadline::new(&lease, ms(900), Duration::ZERO, ms(10_000));
         assert_eq!(d.get(), now + ms(900));
         assert_eq!(d.kill_at(), now + ms(855));
@@ -271,19 +276,7 @@ mod tests {
         rt.block_on(async {
             let ms = Duration::from_millis;
             let now = Instant::now();
-            let lease = Lease {
-                key: "k".into(),
-                holder: crate::lock::Holder {
-                    token: "t".into(),
-                    id: "i".into(),
-                    value: "i".into(),
-                    host: "h".into(),
-                    pid: 1,
-                },
-                fence: 1,
-                sent_at: now,
-                confirmed_at: now,
-            };
+            let lease = lease_at(now);
             let spec = LockSpec {
                 key: "k".into(),
                 ttl: ms(900),

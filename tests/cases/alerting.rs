@@ -95,7 +95,7 @@ fn write_files(redis: &Server, dir: &Path, prefix: &str) -> Vec<PathBuf> {
             .arg("--metrics-file")
             .arg(&path)
             .args([&key, "--", command]);
-        without_lockrun_env(&mut cmd);
+        from_a_clean_caller(&mut cmd);
         let out = run(cmd);
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{outcome}: {e}; {}", stderr_of(&out)));

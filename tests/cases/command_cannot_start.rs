@@ -27,7 +27,7 @@ fn limited(redis: &Server, ulimit: &str, as_user: Option<&str>, args: &[&str]) -
         .arg("-r")
         .arg(redis.url())
         .args(args);
-    without_lockrun_env(&mut cmd);
+    from_a_clean_caller(&mut cmd);
     cmd
 }
 

@@ -154,7 +154,7 @@ fn platform_stops_the_cronjob_within_its_grace() {
         .unwrap()
         .clone();
     let mut cmd = Command::new("unshare");
-    without_lockrun_env(&mut cmd);
+    from_a_clean_caller(&mut cmd);
     cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(lockrun_bin())
         .args(&args)
@@ -205,7 +205,7 @@ fn platform_stops_the_deployment_within_its_grace() {
         tick.display()
     );
     let mut cmd = Command::new("unshare");
-    without_lockrun_env(&mut cmd);
+    from_a_clean_caller(&mut cmd);
     cmd.args([
         "--mount",
         "--propagation",

@@ -353,7 +353,7 @@ fn a_password_pipe_without_a_writer_is_refused_at_once() {
     ])
     .arg(lockrun_bin())
     .arg(unix_url(&redis));
-    without_lockrun_env(&mut cmd);
+    from_a_clean_caller(&mut cmd);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
 }

@@ -351,7 +351,7 @@ fn as_pid_1_it_reaps_zombies_and_keeps_the_exit_code() {
     cmd.args(["--pid", "--fork", "--mount-proc"])
         .arg(lockrun_bin())
         .args(["-r", &redis.url(), "pid1", "--", "sh", "-c", script]);
-    without_lockrun_env(&mut cmd);
+    from_a_clean_caller(&mut cmd);
     let out = run(cmd);
     assert_eq!(stdout_of(&out).trim(), "zombies=0", "{}", stderr_of(&out));
     assert_eq!(out.status.code(), Some(42), "{}", stderr_of(&out));
@@ -406,7 +406,7 @@ impl Terminal {
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
-        without_lockrun_env(&mut cmd);
+        from_a_clean_caller(&mut cmd);
         // SAFETY: setsid and ioctl are async-signal-safe; nothing allocates.
         unsafe {
             cmd.pre_exec(move || {

@@ -9,6 +9,7 @@ use super::{kill, wait_timeout, PATIENCE};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::ops::{Deref, DerefMut};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -39,7 +40,7 @@ impl Lockrun {
     /// `program` (which runs lockrun, e.g. `nsenter --net=… -- lockrun`) with lockrun's clean
     /// environment and stdin.
     pub fn via(mut program: Command) -> Lockrun {
-        without_lockrun_env(&mut program);
+        from_a_clean_caller(&mut program);
         program.stdin(Stdio::null());
         Lockrun { cmd: program }
     }
@@ -85,12 +86,35 @@ pub fn lockrun_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_lockrun"))
 }
 
-/// Removes every LOCKRUN_* variable the test process itself may have inherited.
-pub fn without_lockrun_env(cmd: &mut Command) {
+/// What lockrun (or the program that starts it) inherits from the test process is only what the
+/// test says: no LOCKRUN_* variable the test process itself may have inherited, and the signals
+/// tests send at their default disposition. A test run started in the background by a shell
+/// without job control (`bash tests/run.sh &`, a CI runner's script) has SIGINT and SIGQUIT
+/// ignored, `nohup` SIGHUP too, and an ignored signal stays ignored across exec; lockrun keeps
+/// a signal ignored on entry ignored (the `nohup lockrun` promise, tested on its own), so every
+/// test that sends one would see nothing arrive. A test that wants one ignored sets that up
+/// after this.
+pub fn from_a_clean_caller(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("LOCKRUN_") {
             cmd.env_remove(k);
         }
+    }
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
     }
 }
 
