@@ -355,7 +355,7 @@ mod tests {
         let redis70 = reply("ERR The user executing the script can't run this command or subcommand script: c14e, on @user_script:2.");
         assert_eq!(
             said(&redis70, Some(SENT)).unwrap(),
-            "this user may not run SET, a command lockrun's scripts call; grant the user what lockrun needs (README: ACL permissions)"
+            "this user may not run SET, a command lockrun's scripts call; grant the user what lockrun needs (docs/availability.md: ACL permissions)"
         );
         let line3 = reply("ERR The user executing the script can't run this command or subcommand script: c14e, on @user_script:3.");
         assert!(said(&line3, Some(SENT)).unwrap().contains("ZADD"));
@@ -495,7 +495,7 @@ mod tests {
         let denied = reply("ERR The user executing the script can't run this command or subcommand script: c14e, on @user_script:4.");
         assert_eq!(
             said(&denied, Some(SENT)).unwrap(),
-            "this user may not run SPUBLISH, a command lockrun's scripts call; grant the user what lockrun needs (README: ACL permissions)"
+            "this user may not run SPUBLISH, a command lockrun's scripts call; grant the user what lockrun needs (docs/availability.md: ACL permissions)"
         );
         let plain = Sent {
             publish: "PUBLISH",

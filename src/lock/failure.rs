@@ -388,7 +388,7 @@ impl LockError {
 }
 
 /// The end of every message about an ACL denial.
-const GRANT: &str = "grant the user what lockrun needs (README: ACL permissions)";
+const GRANT: &str = "grant the user what lockrun needs (docs/availability.md: ACL permissions)";
 
 /// Why the server refused lockrun, after "refused lockrun: ".
 fn refusal(f: &mut fmt::Formatter<'_>, kind: &Kind) -> fmt::Result {

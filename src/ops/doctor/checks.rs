@@ -654,7 +654,7 @@ pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
             "acl",
             Verdict::Fail,
             format!(
-                "{}: lockrun needs them to lock (README: ACL permissions)",
+                "{}: lockrun needs them to lock (docs/availability.md: ACL permissions)",
                 parts.join("; ")
             ),
         ));
