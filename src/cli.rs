@@ -693,6 +693,10 @@ fn parse_whole(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
         }
         let word = argv.remove(at);
         argv.insert(1, word);
+        // The line is the command's alone: the run form's variables at the top (LOCKRUN_TTL,
+        // LOCKRUN_EVERY…) are not its, and clap would still read and check them (a value a run
+        // refuses made `lockrun status KEY` exit 64). The command reads its own.
+        cmd = cmd.mut_args(|a| a.env(None));
     }
     let parsed = cmd
         .try_get_matches_from_mut(argv.clone())
@@ -915,11 +919,15 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
         return None;
     };
     let long = arg.split_whitespace().next()?.trim_start_matches('-');
-    let a = cmd
+    // The first option of that name that reads a variable (an operators' command's line has
+    // the run form's variables taken off at the top).
+    let var = cmd
         .get_arguments()
         .chain(cmd.get_subcommands().flat_map(|c| c.get_arguments()))
-        .find(|a| a.get_long() == Some(long))?;
-    let var = a.get_env()?.to_str()?.to_string();
+        .filter(|a| a.get_long() == Some(long))
+        .find_map(|a| a.get_env())?
+        .to_str()?
+        .to_string();
     let on_command_line = argv.iter().any(|x| {
         let x = x.to_string_lossy();
         x == *value || x.ends_with(&format!("={value}"))
@@ -1172,6 +1180,43 @@ mod tests {
             };
             assert_eq!(var.as_deref(), Some(expected.as_str()), "--{long}");
         }
+    }
+
+    #[test]
+    fn an_operators_command_does_not_read_the_runs_variables() {
+        // A unit or manifest that configures runs (LOCKRUN_EVERY, LOCKRUN_TTL…) must not
+        // break `lockrun status KEY` in the same environment, even with a value a run refuses.
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let vars = [
+            ("LOCKRUN_EVERY", "1s"),
+            ("LOCKRUN_TTL", "forever"),
+            ("LOCKRUN_LIMIT", "0"),
+            ("LOCKRUN_REDIS_URL", "redis://h:1"),
+        ];
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+        let line =
+            |args: &[&str]| parse_from(std::iter::once("lockrun").chain(args.iter().copied()));
+        let status = line(&["status", "k"]);
+        let after_options = line(&["-r", "redis://x", "history", "k"]);
+        let run = line(&["run", "k", "true"]);
+        let plain = line(&["k", "true"]);
+        for (k, _) in vars {
+            std::env::remove_var(k);
+        }
+        let Ok(Invocation::Verb(v)) = status else {
+            panic!("{status:?}")
+        };
+        // Its own variables it still reads.
+        assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+        let Ok(Invocation::Verb(v)) = after_options else {
+            panic!("{after_options:?}")
+        };
+        assert_eq!(v.common().conn.redis, ["redis://x"]);
+        // A run reads them, and refuses the bad ones.
+        assert_eq!(run.err(), Some(ExitCode::Usage));
+        assert_eq!(plain.err(), Some(ExitCode::Usage));
     }
 
     #[test]

@@ -93,6 +93,31 @@ fn switches_in_the_environment_take_the_usual_spellings() {
     cmd.env("LOCKRUN_TTL", "soon")
         .args(["-t", "5s", "switch", "true"]);
     assert_eq!(run(cmd).status.code(), Some(0));
+    // `run` names the variable too.
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_EVERY", "1s")
+        .args(["run", "switch", "true"]);
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_EVERY");
+}
+
+/// The run form's variables are not an operators' command's: an environment set up for runs
+/// (a unit, a manifest), even with a value a run refuses, does not break `status` (it exited 64
+/// when the commands became subcommands of the one command line).
+#[test]
+fn an_operators_command_ignores_the_runs_variables() {
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_EVERY", "1s")
+        .env("LOCKRUN_TTL", "soon")
+        .args(["status", "free-key"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(stdout_of(&out).contains("free"), "{}", stdout_of(&out));
+    // Its own variables still name themselves.
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_LOG_FORMAT", "bogus")
+        .args(["status", "free-key"]);
+    assert_one_line(cmd, 64, "from the environment variable LOCKRUN_LOG_FORMAT");
 }
 
 #[test]
