@@ -1018,6 +1018,25 @@ static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 mod tests {
     use super::*;
 
+    /// Each line (after `lockrun`) parsed with `vars` set, one test at a time.
+    fn parse_with_vars(
+        vars: &[(&str, &str)],
+        lines: &[&[&str]],
+    ) -> Vec<Result<Invocation, ExitCode>> {
+        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in vars {
+            std::env::set_var(k, v);
+        }
+        let parsed = lines
+            .iter()
+            .map(|args| parse_from(std::iter::once("lockrun").chain(args.iter().copied())))
+            .collect();
+        for (k, _) in vars {
+            std::env::remove_var(k);
+        }
+        parsed
+    }
+
     #[test]
     fn a_plain_run_is_read_as_the_whole_command_reads_it() {
         let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
@@ -1186,25 +1205,23 @@ mod tests {
     fn an_operators_command_does_not_read_the_runs_variables() {
         // A unit or manifest that configures runs (LOCKRUN_EVERY, LOCKRUN_TTL…) must not
         // break `lockrun status KEY` in the same environment, even with a value a run refuses.
-        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
         let vars = [
             ("LOCKRUN_EVERY", "1s"),
             ("LOCKRUN_TTL", "forever"),
             ("LOCKRUN_LIMIT", "0"),
             ("LOCKRUN_REDIS_URL", "redis://h:1"),
         ];
-        for (k, v) in vars {
-            std::env::set_var(k, v);
-        }
-        let line =
-            |args: &[&str]| parse_from(std::iter::once("lockrun").chain(args.iter().copied()));
-        let status = line(&["status", "k"]);
-        let after_options = line(&["-r", "redis://x", "history", "k"]);
-        let run = line(&["run", "k", "true"]);
-        let plain = line(&["k", "true"]);
-        for (k, _) in vars {
-            std::env::remove_var(k);
-        }
+        let [status, after_options, run, plain] = parse_with_vars(
+            &vars,
+            &[
+                &["status", "k"],
+                &["-r", "redis://x", "history", "k"],
+                &["run", "k", "true"],
+                &["k", "true"],
+            ],
+        )
+        .try_into()
+        .unwrap();
         let Ok(Invocation::Verb(v)) = status else {
             panic!("{status:?}")
         };
@@ -1221,7 +1238,6 @@ mod tests {
 
     #[test]
     fn variables_set_options_flags_win_and_empty_counts_as_unset() {
-        let _env = TEST_ENV.lock().unwrap_or_else(|e| e.into_inner());
         let vars = [
             ("LOCKRUN_TTL", "1m"),
             ("LOCKRUN_REDIS_URL", "redis://h:1"),
@@ -1230,17 +1246,16 @@ mod tests {
             ("LOCKRUN_CONFLICT_EXIT_CODE", ""),
             ("LOCKRUN_LOG_FORMAT", ""),
         ];
-        for (k, v) in vars {
-            std::env::set_var(k, v);
-        }
-        let line =
-            |args: &[&str]| parse_from(std::iter::once("lockrun").chain(args.iter().copied()));
-        let from_env = line(&["k", "true"]);
-        let flags = line(&["-t", "2m", "-r", "redis://x", "k", "true"]);
-        let status = line(&["status", "k"]);
-        for (k, _) in vars {
-            std::env::remove_var(k);
-        }
+        let [from_env, flags, status] = parse_with_vars(
+            &vars,
+            &[
+                &["k", "true"],
+                &["-t", "2m", "-r", "redis://x", "k", "true"],
+                &["status", "k"],
+            ],
+        )
+        .try_into()
+        .unwrap();
         let Ok(Invocation::Run(a)) = from_env else {
             panic!("{from_env:?}")
         };
