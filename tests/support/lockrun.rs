@@ -88,7 +88,7 @@ pub fn lockrun_bin() -> &'static Path {
 
 /// What lockrun (or the program that starts it) inherits from the test process is only what the
 /// test says: no LOCKRUN_* variable the test process itself may have inherited, and the signals
-/// tests send at their default disposition. A test run started in the background by a shell
+/// lockrun forwards (every one tests send) at their default disposition. A test run started in the background by a shell
 /// without job control (`bash tests/run.sh &`, a CI runner's script) has SIGINT and SIGQUIT
 /// ignored, `nohup` SIGHUP too, and an ignored signal stays ignored across exec; lockrun keeps
 /// a signal ignored on entry ignored (the `nohup lockrun` promise, tested on its own), so every
@@ -100,17 +100,12 @@ pub fn from_a_clean_caller(cmd: &mut Command) {
             cmd.env_remove(k);
         }
     }
+    // The list is made here: the child between fork and exec must not allocate.
+    let forwarded = ::lockrun::signals::forwarded();
     // SAFETY: only signal(2), async-signal-safe, between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
-            for sig in [
-                libc::SIGHUP,
-                libc::SIGINT,
-                libc::SIGQUIT,
-                libc::SIGTERM,
-                libc::SIGUSR1,
-                libc::SIGUSR2,
-            ] {
+        cmd.pre_exec(move || {
+            for &sig in &forwarded {
                 libc::signal(sig, libc::SIG_DFL);
             }
             Ok(())
