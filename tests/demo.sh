@@ -17,14 +17,16 @@ for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
 export LOCKRUN_REDIS_URL="unix://$dir/redis.sock"
 
 echo "=== three instances of the same cron job, started at once"
+pids=()
 for i in 1 2 3; do
   "$bin" lock_key -- sh -c "echo \"instance $i: running the job\"; sleep 2" 2>&1 | sed "s/^/[instance $i] /" | tee -a "$dir/out" &
+  pids+=($!)  # the pipeline's tee, which ends after lockrun's last line is written
 done
 sleep 1
 echo "=== while the job runs: redis-cli KEYS '*'; TTL lock_key"
 redis-cli -s "$dir/redis.sock" KEYS '*'
 redis-cli -s "$dir/redis.sock" TTL lock_key
-wait $(jobs -p | grep -v "^$redis_pid$") 2>/dev/null || true
+wait "${pids[@]}"
 echo "=== after the job: EXISTS lock_key (0 = released)"
 exists=$(redis-cli -s "$dir/redis.sock" EXISTS lock_key)
 echo "$exists"
