@@ -30,7 +30,7 @@ redis-cli -s "$dir/redis.sock" TTL lock_key
 # skipped. Collected rather than left to `set -e`, which would stop here at the first 75.
 statuses=()
 for pid in "${pids[@]}"; do rc=0; wait "$pid" || rc=$?; statuses+=("$rc"); done
-codes=$(printf '%s\n' "${statuses[@]}" | sort -n | tr '\n' ' ')
+codes=$(printf '%s\n' "${statuses[@]}" | sort -n | xargs)
 echo "=== exit codes: $codes"
 echo "=== after the job: EXISTS lock_key (0 = released)"
 exists=$(redis-cli -s "$dir/redis.sock" EXISTS lock_key)
@@ -38,9 +38,9 @@ echo "$exists"
 # The check itself, so that the README's first command fails when the promise does not hold.
 ran=$(grep -c 'running the job' "$dir/out" || true)
 skipped=$(grep -c 'redis lock already acquired' "$dir/out" || true)
-if [ "$ran" = 1 ] && [ "$skipped" = 2 ] && [ "$codes" = "0 75 75 " ] && [ "$exists" = 0 ]; then
+if [ "$ran" = 1 ] && [ "$skipped" = 2 ] && [ "$codes" = "0 75 75" ] && [ "$exists" = 0 ]; then
   echo "=== ok: one instance ran the job (exit 0), two skipped it (exit 75), the key is gone"
 else
-  echo "=== FAILED: $ran instance(s) ran the job (want 1), $skipped skipped (want 2), exit codes $codes(want 0 75 75), EXISTS lock_key $exists (want 0)" >&2
+  echo "=== FAILED: $ran instance(s) ran the job (want 1), $skipped skipped (want 2), exit codes $codes (want 0 75 75), EXISTS lock_key $exists (want 0)" >&2
   exit 1
 fi

@@ -88,12 +88,12 @@ pub fn lockrun_bin() -> &'static Path {
 
 /// What lockrun (or the program that starts it) inherits from the test process is only what the
 /// test says: no LOCKRUN_* variable the test process itself may have inherited, and the signals
-/// lockrun forwards (every one tests send) at their default disposition. A test run started in the background by a shell
-/// without job control (`bash tests/run.sh &`, a CI runner's script) has SIGINT and SIGQUIT
-/// ignored, `nohup` SIGHUP too, and an ignored signal stays ignored across exec; lockrun keeps
-/// a signal ignored on entry ignored (the `nohup lockrun` promise, tested on its own), so every
-/// test that sends one would see nothing arrive. A test that wants one ignored sets that up
-/// after this.
+/// lockrun forwards (every one tests send) at their default disposition. A test run started in
+/// the background by a shell without job control (`bash tests/run.sh &`, a CI runner's script)
+/// has SIGINT and SIGQUIT ignored, `nohup` SIGHUP too, and an ignored signal stays ignored
+/// across exec; lockrun keeps a signal ignored on entry ignored (the `nohup lockrun` promise,
+/// tested on its own), so every test that sends one would see nothing arrive. A test that wants
+/// one ignored sets that up after this.
 pub fn from_a_clean_caller(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("LOCKRUN_") {
