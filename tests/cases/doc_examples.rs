@@ -36,7 +36,7 @@
 //!   (level and message) must be printed at least as often as shown, a table header shown must
 //!   be printed; the rest (times, hosts, pids) differs from run to run and is not compared.
 //! - Other blocks with no info string, or `text`, `ini`, `promql`: output, synopses (`lockrun
-//!   status <KEY>`) and configuration excerpts (the ACL line is tested word for word by
+//!   status <KEY>`) and configuration excerpts (the ACL lines are tested word for word by
 //!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that
 //!   does not happen).
 //! - Any other info string fails the test: a new kind of example needs a decision here.
