@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests plus end-to-end tests of the real binary against real
 # redis-server processes (each test starts its own on a unix socket in a temp dir).
-# Installs redis-server first if it is missing (and fetches Valkey, and prometheus_client for
-# the metrics file tests).
+# Installs redis-server first if it is missing (and fetches Valkey, Redis 6.0 for the test of its
+# ACL line, prometheus_client for the metrics file tests, and actionlint, zizmor and
+# check-jsonschema for the CI examples' test).
 # Fault-injection scenarios (tests/cases/faults.rs, `faults_*`): LOCKRUN_FAULTS_SEED=<n> replays a
 # run's random choices, LOCKRUN_FAULTS_SCALE=<x> multiplies the work, LOCKRUN_FAULTS_REPORT=<file>
 # collects the results table, e.g. LOCKRUN_FAULTS_SCALE=10 LOCKRUN_FAULTS_REPORT=f.md bash tests/run.sh faults_
@@ -17,7 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh
 source tests/ensure-valkey.sh
+source tests/ensure-redis6.sh
 source tests/ensure-pytools.sh
+source tests/ensure-ci-linters.sh
 source tests/ensure-prometheus.sh
 source tests/ensure-cron.sh
 source tests/ensure-netns.sh
@@ -25,9 +28,10 @@ source tests/ensure-netns.sh
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two, whole.
 # The second pass of `both` leaves out the tests whose subject is another program or a
 # topology's timing rather than the server's protocol: real cron (minutes of wall time), the
-# platforms' stop sequences, promtool/node_exporter, and the network-partition suite (ha_).
+# platforms' stop sequences, promtool/node_exporter, the CI examples' validators, and the
+# network-partition suite (ha_).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ha_)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"

@@ -4,7 +4,9 @@ Prints Markdown: with no argument the whole of docs/benchmarks.md (run.sh writes
 part names only those parts' tables. Every figure is measured in this run, on this machine,
 against a local throwaway redis-server. Nothing here asserts timings: it reports them.
 """
+import contextlib
 import datetime as dt
+import io
 import json
 import os
 import resource
@@ -38,9 +40,23 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port: from the kernel, or from BENCH_PORTS=LOW-HIGH (for a machine where
+    several people run servers at once, each in a range of their own; never the same one twice)."""
+    low, _, high = os.environ.get("BENCH_PORTS", "").partition("-")
+    for port in range(int(low), int(high) + 1) if high else [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            got = s.getsockname()[1]
+        if not high or got not in free_port.given:
+            free_port.given.add(got)
+            return got
+    raise RuntimeError(f"no free port left in BENCH_PORTS={low}-{high}")
+
+
+free_port.given = set()
 
 
 class Redis:
@@ -387,6 +403,67 @@ def contention(redis, tmp):
     print(f"\nlockrun throughput is {b / a:.2f}x flock's in the same run.")
 
 
+# How often a waiter renews its ticket, which is also its poll (HEARTBEAT in src/app/turn.rs).
+HEARTBEAT_S = 1.0
+
+
+def waiting(redis, tmp):
+    """Requests per acquisition when waiters wait long: N waiters and a holder loop `lockrun
+    --wait forever KEY -- sleep 0.005` on one key. Each run sends SUBSCRIBE, an attempt on
+    arrival, one attempt per HEARTBEAT_S it waits (renewing its ticket), the attempt the release
+    hint wakes, and its release: 4 + its whole seconds of waiting. Counted at the server
+    (commandstats) over a window that opens once every contender has had its turn (the queue
+    has filled and gone round); the acquisitions and waits of the window come from the runs'
+    logs."""
+    window = 30
+    print("\n### Waiting: N waiters on one key, each looping `lockrun --wait forever KEY -- sleep 0.005`\n")
+    print("| waiters | acquisitions | acq/s | mean wait s | requests / acquisition | "
+          "4 + mean whole seconds waited | SUBSCRIBE / acquisition |")
+    print("|---|---|---|---|---|---|---|")
+    for waiters in (10, 100, 300):
+        key = f"waiting-{waiters}"
+        contenders = waiters + 1
+        stop = threading.Event()
+        runs, lock = [], threading.Lock()  # (started, acquired) wall-clock seconds
+        turns = [0] * contenders
+        env = dict(ENV, LOCKRUN_LOG_FORMAT="json")
+
+        def worker(i):
+            while not stop.is_set():
+                started = time.time()
+                r = subprocess.run([BIN, "-r", redis.unix, "-w", "forever", key, "--", "sleep", "0.005"],
+                                   env=env, stderr=subprocess.PIPE, text=True)
+                for line in r.stderr.splitlines():
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue
+                    if e.get("message") == "redis lock acquired, starting job":
+                        with lock:
+                            runs.append((started, parse_ts(e["timestamp"])))
+                            turns[i] += 1
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(contenders)]
+        for t in threads:
+            t.start()
+        while min(turns) == 0:
+            time.sleep(0.2)
+        before, w0 = redis.commandstats(), time.time()
+        time.sleep(window)
+        after, w1 = redis.commandstats(), time.time()
+        stop.set()
+        for t in threads:
+            t.join()
+        d = delta(before, after, TOP_LEVEL - {"info"})
+        inside = [(s, a) for s, a in runs if w0 <= a < w1]
+        waits = [a - s for s, a in inside]
+        whole = statistics.mean(int(w // HEARTBEAT_S) for w in waits)
+        n = len(inside)
+        print(f"| {waiters} | {n} | {n / (w1 - w0):.0f} | {statistics.mean(waits):.2f} | {sum(d.values()) / n:.2f} "
+              f"| {4 + whole:.2f} | {d.get('subscribe', 0) / n:.2f} |")
+    print(WAITING_NOTES)
+
+
 def cost_contenders(port):
     tcp = f"redis://127.0.0.1:{port}"
     return {
@@ -483,6 +560,13 @@ def topologies(redis, tmp):
     topo.topologies(tmp, BIN, ENV, free_port, hyperfine, ms, pct)
 
 
+WAITING_NOTES = """
+Counted at the server (`INFO commandstats`, the requests clients sent) over 30 s that start once
+every contender has had its turn (the queue filled and went round); "mean wait" is from a run's
+start to its acquire; "4 + mean whole seconds waited" is what the law in
+[Contention](#contention) predicts for the runs of the window."""
+
+
 OVERHEAD_NOTES = """
 "lockrun" rows: the shipped binary (static-pie glibc, `packaging/build-static.sh`); "dynamically
 linked": `cargo build --release`; "fixed address": the same static build with
@@ -496,33 +580,94 @@ into the page cache by being written (right after a build, as here) starts faste
 back from disk (after a package install and a reboot)."""
 
 
+PARTS = ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "waiting", "topologies"]
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+
+
+def today():
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def machine():
+    return (f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
+            f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
+            f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()} "
+            f"({'static, packaging/build-static.sh' if BIN != BIN_DYNAMIC else 'cargo build --release'})")
+
+
+def decisions():
+    """The hand-written notes appended to the document (tests/bench/decisions.md)."""
+    with open(os.path.join(os.path.dirname(__file__), "decisions.md")) as f:
+        return f.read().rstrip()
+
+
+def run_part(part, redis, tmp):
+    """Prints one part's tables, between the markers by which `--update` finds them again."""
+    print(f"\n<!-- part: {part} -->")
+    globals()[part](redis, tmp) if part not in ("roundtrips", "scale") else globals()[part](redis)
+    print(f"<!-- /part: {part} -->")
+
+
+def update(parts, redis, tmp):
+    """Measures `parts` again and puts their tables into docs/benchmarks.md in place of the old
+    ones (between their markers), each saying when and where it was measured, and the notes of
+    decisions.md as they are now."""
+    doc = open(DOC).read()
+    for part in parts:
+        begin, end = f"\n<!-- part: {part} -->\n", f"<!-- /part: {part} -->\n"
+        if begin not in doc or end not in doc:
+            sys.exit(f"{DOC} has no markers for the part {part}: regenerate it whole (bash tests/bench/run.sh)")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            run_part(part, redis, tmp)
+        # The part's own date and machine, after its heading: it is newer than the rest.
+        text = out.getvalue()
+        heading_end = text.index("\n\n", text.index("###")) + 2
+        text = (text[:heading_end] + f"Measured {today()} on its own, by `bash tests/bench/run.sh --update {part}`. "
+                + machine() + "\n\n" + text[heading_end:])
+        doc = doc[:doc.index(begin)] + text + doc[doc.index(end) + len(end):]
+        print(text, end="")
+    # The notes at the end, as decisions.md has them now (they may speak of the new tables).
+    notes = decisions()
+    doc = doc[:doc.index("\n" + notes.splitlines()[0] + "\n")] + "\n" + notes + "\n"
+    with open(DOC + ".tmp", "w") as f:
+        f.write(doc)
+    os.replace(DOC + ".tmp", DOC)
+    print(f"updated {DOC}: {', '.join(parts)}", file=sys.stderr)
+
+
 def main():
-    parts = sys.argv[1:]
-    whole = not parts
-    parts = parts or ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "topologies"]
+    args = sys.argv[1:]
+    updating = args[:1] == ["--update"]
+    parts = (args[1:] if updating else args) or PARTS
+    whole = not args
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or (updating and not args[1:]):
+        sys.exit(f"parts: {' '.join(PARTS)} (unknown: {' '.join(unknown) or 'none given'})")
     if whole:
         print("# Benchmarks\n")
         print("<!-- Generated by `bash tests/bench/run.sh`; do not edit by hand (the notes at the end come from "
               "tests/bench/decisions.md). -->\n")
-        print(f"Measured {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d')} by `bash tests/bench/run.sh` "
+        print(f"Measured {today()} by `bash tests/bench/run.sh` "
               "(it installs hyperfine, GNU time, etcd, valgrind and a virtualenv with redis-py, "
               "python-redis-lock and pottery when missing). One part: `bash tests/bench/run.sh overhead` "
-              "(or servercost, roundtrips, memory, scale, contention, topologies) prints its table only.\n")
-    print(f"Machine: {os.cpu_count()} cores, {os.uname().sysname} {os.uname().release}; "
-          f"{subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}; "
-          f"lockrun {subprocess.run([BIN, '--version'], capture_output=True, text=True).stdout.strip()} "
-          f"({'static, packaging/build-static.sh' if BIN != BIN_DYNAMIC else 'cargo build --release'})")
+              f"(or {', '.join(PARTS[1:])}) prints its table only; `bash tests/bench/run.sh --update PART` "
+              "measures it again into this document.\n")
+    if not updating:
+        print(machine())
     tmp = tempfile.mkdtemp(prefix="lockrun-bench-")
     redis = Redis(tmp)
     try:
-        for part in parts:
-            globals()[part](redis, tmp) if part in ("overhead", "servercost", "memory", "contention", "topologies") else globals()[part](redis)
+        if updating:
+            update(parts, redis, tmp)
+        else:
+            for part in parts:
+                run_part(part, redis, tmp)
     finally:
         redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     if whole:
-        with open(os.path.join(os.path.dirname(__file__), "decisions.md")) as f:
-            print("\n" + f.read().rstrip())
+        print("\n" + decisions())
 
 
 if __name__ == "__main__":

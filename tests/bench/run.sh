@@ -4,32 +4,55 @@
 #
 #   bash tests/bench/run.sh            # everything: writes docs/benchmarks.md (~15 min)
 #   bash tests/bench/run.sh overhead   # one part, its table on stdout: overhead | servercost |
-#                                      # roundtrips | memory | scale | contention | topologies
+#                                      # roundtrips | memory | scale | contention | waiting | topologies
+#   bash tests/bench/run.sh --update waiting
+#                                      # one part measured again into docs/benchmarks.md, in
+#                                      # place of its old tables (which say when they were measured)
 #   BENCH_BASELINE=/path/to/other/lockrun bash tests/bench/run.sh overhead
 #                                      # another build side by side with this one
 #
-# Installs what it needs when missing: redis-server, hyperfine, GNU time, etcd, valgrind (Debian packages)
-# and redis-py, python-redis-lock, pottery (into a virtualenv under target/bench-venv).
+# Installs what the parts asked for need when missing: redis-server, hyperfine, GNU time, etcd,
+# valgrind (Debian packages) and redis-py, python-redis-lock, pottery (into a virtualenv under
+# target/bench-venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/ensure-redis.sh
+# Whether one of the parts named is among those asked for (all of them when none is).
+wants() {
+  local asked=" ${*:$#} " part
+  [ "$asked" = "  " ] && return 0
+  for part in "${@:1:$#-1}"; do [[ "$asked" == *" $part "* ]] && return 0; done
+  return 1
+}
+asked="$*"
 need=()
-command -v hyperfine >/dev/null || need+=(hyperfine)
-[ -x /usr/bin/time ] || need+=(time)
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v etcdctl >/dev/null || need+=(etcd-client)
-command -v valgrind >/dev/null || need+=(valgrind)
+if wants overhead memory topologies "$asked"; then
+  command -v hyperfine >/dev/null || need+=(hyperfine)
+  [ -x /usr/bin/time ] || need+=(time)
+fi
+if wants overhead memory "$asked"; then
+  command -v etcd >/dev/null || need+=(etcd-server)
+  command -v etcdctl >/dev/null || need+=(etcd-client)
+fi
+if wants servercost "$asked"; then
+  command -v valgrind >/dev/null || need+=(valgrind)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo ">>> installing benchmark tools with apt-get: ${need[*]}" >&2
   sudo=""; [ "$(id -u)" != 0 ] && sudo=sudo
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-venv=target/bench-venv
-if [ ! -x "$venv/bin/python" ]; then
-  echo ">>> creating $venv with redis-py, python-redis-lock, pottery" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q redis python-redis-lock pottery
+# The Python lock libraries, for the parts that compare lockrun with them.
+py=python3
+if wants overhead memory "$asked"; then
+  venv=target/bench-venv
+  if [ ! -x "$venv/bin/python" ]; then
+    echo ">>> creating $venv with redis-py, python-redis-lock, pottery" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q redis python-redis-lock pottery
+  fi
+  py=$venv/bin/python
 fi
 cargo build --release --locked
 # The lockrun that ships: static-pie glibc (packaging/build-static.sh prints its path last).
@@ -37,7 +60,7 @@ BENCH_LOCKRUN=$(bash packaging/build-static.sh | tail -n 1)
 export BENCH_LOCKRUN
 # The same static build at a fixed address, to show what shipping a static-pie costs at start
 # (overhead only; a target directory of its own, so the shipped build is not overwritten).
-if [ $# = 0 ] || [[ " $* " == *" overhead "* ]]; then
+if wants overhead "$asked"; then
   triple=$(rustc -vV | sed -n 's/^host: //p')
   RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static --cfg getrandom_backend=\"linux_getrandom\"" \
     cargo build --release --locked --target "$triple" --bin lockrun --target-dir target/bench-fixed >&2
@@ -50,9 +73,9 @@ cc -O2 -o target/bench-floor tests/bench/floor.c
 cc -O2 -static -o target/bench-floor-static tests/bench/floor.c
 if [ $# = 0 ]; then
   mkdir -p docs
-  "$venv/bin/python" tests/bench/bench.py > docs/benchmarks.md.tmp
+  "$py" tests/bench/bench.py > docs/benchmarks.md.tmp
   mv docs/benchmarks.md.tmp docs/benchmarks.md
   echo "wrote docs/benchmarks.md" >&2
 else
-  exec "$venv/bin/python" tests/bench/bench.py "$@"
+  exec "$py" tests/bench/bench.py "$@"
 fi

@@ -363,3 +363,98 @@ fn nesting_a_b_a_is_reentrant_for_every_enclosing_lock() {
         assert!(!redis.exists("a") && !redis.exists("b"));
     }
 }
+
+/// The requests clients sent `redis` so far (`INFO commandstats`; the commands a script runs
+/// are not requests, and lockrun sends nothing but these).
+fn client_requests(redis: &Server) -> u64 {
+    ["eval", "evalsha", "subscribe", "unsubscribe", "ping"]
+        .iter()
+        .map(|c| redis.calls(c))
+        .sum()
+}
+
+/// Seconds into the day of a text log line's timestamp (`2026-01-02T03:04:05.678901Z  INFO …`).
+fn logged_at(line: &str) -> f64 {
+    let time = line.split('T').nth(1).and_then(|t| t.split('Z').next());
+    let time = time.unwrap_or_else(|| panic!("no timestamp in {line:?}"));
+    time.split(':')
+        .map(|f| f.parse::<f64>().unwrap())
+        .fold(0.0, |acc, f| acc * 60.0 + f)
+}
+
+/// What docs/benchmarks.md's contention note states: a run that waits W seconds sends
+/// 4 + ⌊W / 1 s⌋ requests (SUBSCRIBE, an attempt on arrival, one attempt a second renewing its
+/// ticket, the attempt the release hint wakes, its release), so a queue's cost grows with the
+/// time its waiters spend in it. Counted at the server, for a wait under a second and one of
+/// over two.
+#[test]
+fn a_waiter_sends_four_requests_and_one_for_each_second_it_waits() {
+    let redis = Server::start();
+    for hold in ["0.6", "2.5"] {
+        let mut holder = Lockrun::on(&redis);
+        holder
+            .args(["-t", "30s", "law", "--", "sleep", hold])
+            .stderr(Stdio::piped());
+        let mut holder = holder.spawn().unwrap();
+        wait_for_line(&mut holder, "redis lock acquired");
+        let before = client_requests(&redis);
+        let mut waiter = Lockrun::on(&redis);
+        waiter.args(["--wait", "20s", "law", "true"]);
+        let out = run(waiter);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert_eq!(wait_timeout(&mut holder, PATIENCE).unwrap().code(), Some(0));
+        // The holder's release is the one request of its that falls in the count.
+        let sent = client_requests(&redis) - before - 1;
+        // From the reply to its first attempt, when it starts sleeping, to its acquire.
+        let at = |needle: &str| logged_at(err.lines().find(|l| l.contains(needle)).unwrap());
+        let waited = at("redis lock acquired, starting job") - at("already acquired; waiting");
+        eprintln!("held {hold} s: waited {waited:.3} s, sent {sent} requests");
+        let whole = waited.floor() as u64;
+        // A wake-up within a hair of a whole second may come just before or after that
+        // second's renewal.
+        let near = (waited - waited.round()).abs() < 0.05;
+        assert!(
+            sent == 4 + whole || (near && sent == 4 + waited.round() as u64 - 1),
+            "waited {waited:.3} s and sent {sent} requests, expected {}:\n{err}",
+            4 + whole
+        );
+    }
+}
+
+/// docs/benchmarks.md states that law and its measurement at 10, 100 and 300 waiters
+/// (`bash tests/bench/run.sh --update waiting`), and the measured requests per acquisition
+/// agree with what the law predicts for the runs measured.
+#[test]
+fn benchmarks_md_states_the_waiting_law_as_measured() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md"))
+        .unwrap();
+    assert!(
+        doc.contains("A run that waits W seconds sends 4 + ⌊W / 1 s⌋ requests"),
+        "docs/benchmarks.md (tests/bench/decisions.md) must state the law"
+    );
+    let header = "| waiters | acquisitions | acq/s | mean wait s | requests / acquisition | \
+                  4 + mean whole seconds waited |";
+    let table: Vec<Vec<f64>> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with(header))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().parse().unwrap())
+                .collect()
+        })
+        .collect();
+    let waiters: Vec<f64> = table.iter().map(|r| r[0]).collect();
+    assert_eq!(waiters, [10.0, 100.0, 300.0], "the waiting table's rows");
+    for row in &table {
+        let (measured, law) = (row[4], row[5]);
+        assert!(
+            (measured - law).abs() <= 0.1 * law,
+            "{} waiters: {measured} requests per acquisition, the law says {law}",
+            row[0]
+        );
+    }
+}

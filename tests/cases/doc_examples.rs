@@ -24,7 +24,8 @@
 //!   line, or a container's `command:`) is run against the test's server with the example's
 //!   `LOCKRUN_*` variables and the job replaced by `true`, and must print nothing but the
 //!   acquire and release lines. A block that is a copy of a repository file ([`COPIES`]) must
-//!   still equal it.
+//!   still equal it. A GitHub Actions workflow or GitLab CI job also passes the real validators
+//!   (ci_examples.rs).
 //! - `dockerfile`: no Docker here, so syntax-only too: every line is an instruction, a `COPY
 //!   --from=lockrun` names the path lockrun has in packaging/Dockerfile, and a `CMD` is lockrun's
 //!   arguments (checked as above).
@@ -36,7 +37,7 @@
 //!   (level and message) must be printed at least as often as shown, a table header shown must
 //!   be printed; the rest (times, hosts, pids) differs from run to run and is not compared.
 //! - Other blocks with no info string, or `text`, `ini`, `promql`: output, synopses (`lockrun
-//!   status <KEY>`) and configuration excerpts (the ACL line is tested word for word by
+//!   status <KEY>`) and configuration excerpts (the ACL lines are tested word for word by
 //!   server_refusals.rs); not run. A marker on one is an error (it would suggest a check that
 //!   does not happen).
 //! - Any other info string fails the test: a new kind of example needs a decision here.
@@ -104,15 +105,15 @@ const NEVER_RUN: &[&str] = &[
 const COPIES: &[(&str, &str)] = &[("README.md", "packaging/kubernetes/cronjob.yaml")];
 
 /// One fenced code block.
-struct Block {
+pub(super) struct Block {
     /// Relative to the repository root.
-    file: String,
+    pub(super) file: String,
     /// The opening fence's line (1-based).
-    line: usize,
-    info: String,
+    pub(super) line: usize,
+    pub(super) info: String,
     /// The text of a `<!-- example: … -->` comment above it, if any.
-    marker: Option<String>,
-    body: String,
+    pub(super) marker: Option<String>,
+    pub(super) body: String,
 }
 
 /// README.md and docs/*.md but the generated benchmarks.md, sorted.
@@ -173,7 +174,7 @@ fn blocks_of(file: &str, text: &str) -> Vec<Block> {
     out
 }
 
-fn all_blocks() -> Vec<Block> {
+pub(super) fn all_blocks() -> Vec<Block> {
     documents()
         .iter()
         .flat_map(|f| {

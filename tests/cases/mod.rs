@@ -1,5 +1,6 @@
 mod alerting;
 mod broken_output;
+mod ci_examples;
 mod cluster;
 mod command_cannot_start;
 mod contention;

@@ -3,6 +3,7 @@
 //! `--wait`; trouble of the server's own that passes (it cannot persist) is waited out.
 
 use crate::support::fake::Fake;
+use crate::support::server::Binary;
 use crate::support::*;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -27,22 +28,47 @@ fn refused(cmd: Lockrun, within: Duration, needles: &[&str]) -> String {
     err
 }
 
-/// The ACL line docs/availability.md documents, word for word (split for ACL SETUSER).
+/// The ACL line docs/availability.md gives Redis 6.2+ and Valkey, word for word (split for ACL
+/// SETUSER).
 const ACL_LINE: &str =
     "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* resetchannels &lockrun:wake:* \
     -@all +eval +evalsha +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
     +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore \
     +xadd +xrevrange +scan";
 
-/// A user made by the documented line, named `name`, without the word `without` ("": all).
-fn acl_user(redis: &Server, name: &str, without: &str) -> String {
-    let words: Vec<&str> = ACL_LINE
+/// The line it gives Redis 6.0, which has no channel ACLs: [`ACL_LINE`] without its channel
+/// rules.
+const ACL_LINE_6_0: &str =
+    "ACL SETUSER lockrun on >lock-Pw-3 resetkeys ~* \
+    -@all +eval +evalsha +subscribe +select +del +exists +get +pexpire +pttl +publish +set +time +type \
+    +zadd +zcard +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore \
+    +xadd +xrevrange +scan";
+
+/// The channel rules of [`ACL_LINE`], which Redis 6.0 refuses.
+const CHANNEL_RULES: [&str; 2] = ["resetchannels", "&lockrun:wake:*"];
+
+/// `line` with single spaces and the doc's placeholder for the password.
+fn as_documented(line: &str) -> String {
+    line.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace("lock-Pw-3", "PASSWORD")
+}
+
+/// A user made by `line`, named `name`, without the word `without` ("": all).
+fn acl_user_by(redis: &Server, line: &str, name: &str, without: &str) -> String {
+    let words: Vec<&str> = line
         .split_whitespace()
         .map(|w| if w == "lockrun" { name } else { w })
         .filter(|w| *w != without)
         .collect();
     redis.cmd::<()>(&words);
     format!("redis://{name}:lock-Pw-3@127.0.0.1:{}", redis.port())
+}
+
+/// A user made by the documented [`ACL_LINE`], named `name`, without the word `without`.
+fn acl_user(redis: &Server, name: &str, without: &str) -> String {
+    acl_user_by(redis, ACL_LINE, name, without)
 }
 
 fn exists_in(redis: &Server, db: u8, key: &str) -> bool {
@@ -60,16 +86,36 @@ fn lockrun_at(url: &str) -> Lockrun {
 }
 
 #[test]
-fn the_documented_acl_line_is_enough_for_every_path() {
+fn availability_md_shows_exactly_the_tested_acl_lines() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/availability.md"))
         .unwrap();
-    let squeezed = ACL_LINE.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(
-        doc.contains(&squeezed.replace("lock-Pw-3", "PASSWORD")),
-        "docs/availability.md must show: {squeezed}"
+    let shown: Vec<&str> = doc
+        .lines()
+        .filter(|l| l.starts_with("ACL SETUSER"))
+        .collect();
+    let tested = [as_documented(ACL_LINE), as_documented(ACL_LINE_6_0)];
+    assert_eq!(
+        shown, tested,
+        "docs/availability.md must show the line for Redis 6.2+ and Valkey, then the one for \
+         Redis 6.0, as this test runs them"
     );
-    let redis = Server::start_tcp();
-    let url = acl_user(&redis, "lockrun", "");
+    // The two differ by the channel rules alone.
+    let without: Vec<&str> = ACL_LINE
+        .split_whitespace()
+        .filter(|w| !CHANNEL_RULES.contains(w))
+        .collect();
+    assert_eq!(
+        without.join(" "),
+        as_documented(ACL_LINE_6_0).replace("PASSWORD", "lock-Pw-3")
+    );
+}
+
+/// Runs lockrun as the user `line` makes on `redis` (a TCP server) down every path: plain,
+/// `--min-hold`, renewals, `--limit`, reentrancy, waiting with and without `--limit`, leaving
+/// the queue, in database 0 and 1, and the operators' commands; each must succeed without a
+/// warning.
+fn every_path_works_under(redis: &Server, line: &str) {
+    let url = acl_user_by(redis, line, "lockrun", "");
     // A database other than 0 (SELECT) too.
     for url in [url.clone(), format!("{url}/1")] {
         let ok = |args: &[&str]| {
@@ -102,7 +148,7 @@ fn the_documented_acl_line_is_enough_for_every_path() {
                 .stderr(Stdio::piped());
             let holder = holder.spawn().unwrap();
             let db = if url.ends_with("/1") { 1 } else { 0 };
-            eventually("the holder to lock", || exists_in(&redis, db, "acl-wait"));
+            eventually("the holder to lock", || exists_in(redis, db, "acl-wait"));
             let mut args = limit.to_vec();
             args.extend(["--wait", "10s", "acl-wait", "true"]);
             ok(&args);
@@ -134,6 +180,28 @@ fn the_documented_acl_line_is_enough_for_every_path() {
         );
         assert_eq!(stderr_of(&out), "", "{verb:?}");
     }
+}
+
+#[test]
+fn the_documented_acl_line_is_enough_for_every_path() {
+    every_path_works_under(&Server::start_tcp(), ACL_LINE);
+}
+
+#[test]
+fn the_redis_6_0_acl_line_is_enough_for_every_path_on_redis_6_0() {
+    let redis = Server::with(ServerOptions {
+        binary: Binary::Redis6,
+        ..ServerOptions::tcp()
+    });
+    let version: String = redis.cmd(&["INFO", "server"]);
+    assert!(version.contains("redis_version:6.0."), "{version}");
+    // The line of Redis 6.2+ is refused: 6.0 has no channel ACLs.
+    let mut conn = redis.conn();
+    let mut refused = redis::cmd("ACL");
+    refused.arg(&ACL_LINE.split_whitespace().collect::<Vec<_>>()[1..]);
+    let err = refused.query::<()>(&mut conn).unwrap_err().to_string();
+    assert!(err.contains("'resetchannels': Syntax error"), "{err}");
+    every_path_works_under(&redis, ACL_LINE_6_0);
 }
 
 #[test]

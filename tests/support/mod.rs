@@ -97,6 +97,24 @@ pub fn valkey_server_binary() -> PathBuf {
     .clone()
 }
 
+/// Redis 6.0, the oldest Redis with ACLs (and without channel ACLs), for the test of the ACL line
+/// docs/availability.md gives it: `LOCKRUN_TEST_REDIS6_SERVER`, `redis-server-6.0` on PATH, or
+/// the copy `tests/ensure-redis6.sh` keeps in target/test-tools/ (never plain `redis-server`,
+/// whatever Redis the machine has).
+pub fn redis6_server_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        find_server(
+            "LOCKRUN_TEST_REDIS6_SERVER",
+            "redis-server-6.0",
+            "The Redis 6.0 ACL test needs Redis 6.0: `bash tests/ensure-redis6.sh` (or `bash \
+             tests/run.sh`) fetches Redis 6.0.9 into target/test-tools/, or point \
+             LOCKRUN_TEST_REDIS6_SERVER at a binary.",
+        )
+    })
+    .clone()
+}
+
 /// A loopback port nobody listens on right now, and one this test process has not handed out
 /// before: see [`port_where`].
 pub fn free_port() -> u16 {

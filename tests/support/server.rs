@@ -10,7 +10,8 @@
 //! written to a config file (Sentinel insists on a writable one), so a [respawned](Server::respawn)
 //! server comes back as it was.
 
-use super::{free_port, port_where, real_redis_binary, redis_server_binary, valkey_server_binary};
+use super::valkey_server_binary;
+use super::{free_port, port_where, real_redis_binary, redis6_server_binary, redis_server_binary};
 use super::{wait_timeout, PATIENCE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,8 @@ pub enum Binary {
     /// Redis itself, whatever `LOCKRUN_TEST_SERVER` says.
     Redis,
     Valkey,
+    /// Redis 6.0 (the oldest Redis with ACLs), for its ACL line.
+    Redis6,
 }
 
 /// How to start a [`Server`]; `ServerOptions::default()` is a plain server on a unix socket.
@@ -439,6 +442,7 @@ impl Drop for Server {
 pub(super) fn binary(binary: Binary, tls: Tls) -> PathBuf {
     match (binary, tls != Tls::None) {
         (Binary::Valkey, _) => valkey_server_binary(),
+        (Binary::Redis6, _) => redis6_server_binary(),
         (Binary::Redis, _) | (Binary::Default, true) => real_redis_binary(),
         (Binary::Default, false) => redis_server_binary(),
     }
