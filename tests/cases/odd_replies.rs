@@ -2,10 +2,10 @@
 //! one line with exit 69, gives back (token-checked, at once) whatever the server may have
 //! granted it, and never loops for as long as a server's answers would have it.
 
-use crate::support::fake::{Rewrite, Tamper};
+use crate::support::fake::{Fake, Rewrite, Tamper, Words};
 use crate::support::*;
 use std::net::SocketAddr;
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn upstream(redis: &Server) -> SocketAddr {
@@ -152,5 +152,60 @@ fn an_acquire_whose_connection_closes_is_asked_again_or_given_back() {
         assert_eq!(stdout_of(&out), if every { "" } else { "ran\n" }, "{err}");
         assert!(redis.exists(&format!("lockrun:fence:{{{key}}}")), "{err}");
         assert!(!redis.exists(&key), "every={every}: the key is gone: {err}");
+    }
+}
+
+/// A fake server whose `SCAN` answers each cursor with `next(cursor)` and no keys, and every
+/// other command with +OK.
+fn scanning(next: fn(u64) -> u64) -> Fake {
+    Fake::answering(move |words: &Words| {
+        if !words[0].eq_ignore_ascii_case(b"SCAN") {
+            return b"+OK\r\n".to_vec();
+        }
+        let cursor: u64 = std::str::from_utf8(&words[1]).unwrap().parse().unwrap();
+        let next = next(cursor).to_string();
+        format!("*2\r\n${}\r\n{next}\r\n*0\r\n", next.len()).into_bytes()
+    })
+}
+
+/// `lockrun list` against a server whose SCAN cursor never comes back to 0: a new cursor every
+/// time, or cursors in a cycle. Before, it asked forever (hundreds of thousands of SCANs, no
+/// output); it ends with one line naming the cause, within the documented bound of calls.
+#[test]
+fn list_ends_against_a_scan_that_never_ends() {
+    for (fake, says, most) in [
+        (
+            scanning(|c| c + 1),
+            "did not end within 250000 calls",
+            250_000,
+        ),
+        (
+            scanning(|c| if c == 5 { 7 } else { 5 }),
+            "came back to 5",
+            3,
+        ),
+    ] {
+        let mut cmd = Lockrun::bare();
+        cmd.args(["list", "-r", &fake.url()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let started = Instant::now();
+        let mut child = cmd.spawn().unwrap();
+        // A debug build on a loaded machine makes some 10,000 calls a second: more patience
+        // than the usual run's.
+        let status = wait_timeout(&mut child, 4 * PATIENCE);
+        let took = started.elapsed();
+        if status.is_none() {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(status.is_some(), "{says}: still asking after {took:?}");
+        not_usable(&out, &["SCAN", says]);
+        assert!(
+            fake.asked() <= most + 5,
+            "{says}: {} requests",
+            fake.asked()
+        );
+        eprintln!("{says}: {} requests in {took:?}", fake.asked());
     }
 }
