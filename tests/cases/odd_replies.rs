@@ -209,3 +209,43 @@ fn list_ends_against_a_scan_that_never_ends() {
         eprintln!("{says}: {} requests in {took:?}", fake.asked());
     }
 }
+
+/// A fake server that answers every acquire "held, and the lease ends now, and you are next"
+/// (`[0, 0, holder, 0]`), accepts subscriptions, and +OK to the rest.
+fn ending_now() -> Fake {
+    Fake::answering(|words: &Words| {
+        let name = words[0].to_ascii_uppercase();
+        match name.as_slice() {
+            b"EVAL" | b"EVALSHA" => {
+                let holder = "0123abcd host=elsewhere pid=7 started=2026-01-01T00:00:00Z";
+                format!("*4\r\n:0\r\n:0\r\n${}\r\n{holder}\r\n:0\r\n", holder.len()).into_bytes()
+            }
+            b"SUBSCRIBE" => {
+                let channel = &words[1];
+                let mut reply = format!("*3\r\n$9\r\nsubscribe\r\n${}\r\n", channel.len());
+                reply.push_str(&String::from_utf8_lossy(channel));
+                reply.push_str("\r\n:1\r\n");
+                reply.into_bytes()
+            }
+            _ => b"+OK\r\n".to_vec(),
+        }
+    })
+}
+
+/// A waiter told, on every look, that the holder's lease ends now never spins: the server's
+/// answers pace its looks no faster than the documented floor.
+#[test]
+fn a_waiter_told_the_lease_ends_now_does_not_spin() {
+    let fake = ending_now();
+    let mut cmd = Lockrun::bare().url(fake.url());
+    cmd.args(["--wait", "2s", "ending", "--", "echo", "ran"]);
+    let out = run(cmd);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    eprintln!("{} requests in 2 s of waiting", fake.asked());
+    assert!(
+        fake.asked() < 100,
+        "{} requests in 2 s: {err}",
+        fake.asked()
+    );
+}
