@@ -53,8 +53,9 @@ pub struct RedisLock {
     /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command (`doctor`
     /// sets and reads it to exercise both ways: see `probe.rs`).
     pub(super) evalsha: bool,
-    /// The last acquire was sent and its outcome is unknown (no reply, or abandoned while it
-    /// waited for one): [`LockService::give_back`] has something to do.
+    /// The last acquire was sent and its outcome is unknown (no reply, a reply none of the
+    /// script's, or abandoned while it waited for one): [`LockService::give_back`] has
+    /// something to do.
     unsettled: bool,
 }
 
