@@ -110,9 +110,10 @@ impl Tamper {
                 let name = words[0].to_ascii_uppercase();
                 let ran =
                     (name == b"EVAL" || name == b"EVALSHA") && !reply.starts_with(b"-NOSCRIPT");
-                let sent = match ran {
-                    true => rewrite(scripts.fetch_add(1, Ordering::SeqCst), &reply),
-                    false => Rewrite::Pass,
+                let sent = if ran {
+                    rewrite(scripts.fetch_add(1, Ordering::SeqCst), &reply)
+                } else {
+                    Rewrite::Pass
                 };
                 let bytes = match sent {
                     Rewrite::Pass => reply,
