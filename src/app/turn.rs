@@ -176,6 +176,8 @@ pub(super) struct Waiter<'a> {
     started: Instant,
     /// "already acquired; waiting" was said (once per run).
     announced: bool,
+    /// The holder the last look found, and when the server said that holder's lease ends.
+    ends: Option<(Option<String>, Instant)>,
 }
 
 impl<'a> Waiter<'a> {
@@ -195,6 +197,7 @@ impl<'a> Waiter<'a> {
             },
             started,
             announced: false,
+            ends: None,
         }
     }
 
@@ -257,6 +260,7 @@ impl<'a> Waiter<'a> {
                     pttl,
                     rank,
                 }) => {
+                    let stale = self.stale(&other, pttl);
                     // Host, pid and start time only: the value's first word names the holder
                     // for lockrun's own checks and has no business in a log.
                     let holder_started = other.as_deref().and_then(crate::lock::holder_started);
@@ -276,6 +280,7 @@ impl<'a> Waiter<'a> {
                         info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
                     }
                     let sleep = next_look(pttl, rank);
+                    let sleep = if stale { sleep.max(STALE_LOOK) } else { sleep };
                     debug!(rank, sleep = %Human(sleep), "waiting for the lock");
                     remaining.map_or(sleep, |r| sleep.min(r))
                 }
@@ -304,6 +309,16 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// Whether the lock is still held by `holder`, the holder the last look found, after the
+    /// end the server then gave its lease: what the server says of the lease's end did not
+    /// hold (a renewal came in between, or the server is wrong). Notes `pttl` for the next look.
+    fn stale(&mut self, holder: &Option<String>, pttl: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let ends = pttl.map(|p| (holder.clone(), now + p));
+        let last = std::mem::replace(&mut self.ends, ends);
+        last.is_some_and(|(h, end)| h == *holder && now >= end)
+    }
+
     /// A stop signal ended the wait: leave the queue with the run's history entry.
     async fn abort<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
         info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
@@ -329,6 +344,13 @@ impl<'a> Waiter<'a> {
         }
     }
 }
+
+/// The shortest sleep after a look that found the holder of the last look still there past
+/// the lease end the server gave it: a server that says "the lease ends now" on every look
+/// cannot make a waiter spin (at most 20 looks a second). A holder alive and renewing is seen
+/// with at least two thirds of the shortest TTL (100 ms) left, so this never delays a look
+/// that a real lease end calls for.
+const STALE_LOOK: Duration = Duration::from_millis(50);
 
 /// How long a waiter sleeps before it looks again: a heartbeat; next in line (`rank` 0), never
 /// past the holder's lease end (plus a little jitter), so a holder that died without releasing
@@ -804,6 +826,29 @@ mod tests {
         assert_eq!(next_look(Some(MS(200)), Some(1)), HEARTBEAT);
         assert_eq!(next_look(None, Some(0)), HEARTBEAT);
         assert_eq!(next_look(Some(SECS(20)), Some(0)), HEARTBEAT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_whose_lease_never_ends_paces_the_looks() {
+        // Every look: the same holder, its lease ending now. The first sleep follows it (the
+        // lease may well end); every later one waits at least STALE_LOOK.
+        let now = Answer::Held {
+            pttl: Some(Duration::ZERO),
+            rank: Some(0),
+        };
+        let mut lock = fake(vec![now]);
+        let wait = Wait::For(SECS(2));
+        let ran = run(&mut lock, wait, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert!(lock.sleeps[0] < MS(5), "{:?}", lock.sleeps[0]);
+        let last = lock.sleeps.len() - 1;
+        assert!(
+            lock.sleeps[1..last].iter().all(|s| *s == STALE_LOOK),
+            "{:?}",
+            lock.sleeps
+        );
+        let looks = lock.calls.iter().filter(|c| *c == "acquire").count();
+        assert!(looks <= 2 + 2000 / 50, "{looks} looks in 2 s");
     }
 
     #[tokio::test(start_paused = true)]

@@ -111,6 +111,19 @@ pub enum NotRedis {
     /// A reply that none of lockrun's scripts gives (a proxy or a fake answering +OK to
     /// everything): the reply, shortened.
     Reply(String),
+    /// A `SCAN` whose cursor does not come back to 0 (`list`).
+    EndlessScan(Endless),
+}
+
+/// How a `SCAN` showed that it would not end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endless {
+    /// Its cursor came back to one it had given before (shortened), at this call.
+    Cycle { cursor: String, calls: u64 },
+    /// Not done after this many calls.
+    Calls(u64),
+    /// Not done after this long.
+    Time(Duration),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -564,6 +577,27 @@ impl fmt::Display for LockError {
                 "Redis at {server} is not a usable Redis for lockrun: it answered the lock script \
                  with '{words}'"
             ),
+            (Kind::NotRedis(NotRedis::EndlessScan(endless)), _) => {
+                write!(f, "Redis at {server} is not a usable Redis for lockrun: its SCAN ")?;
+                match endless {
+                    Endless::Cycle { cursor, calls } => write!(
+                        f,
+                        "cursor came back to {cursor} at call {calls}, so the scan would never end"
+                    ),
+                    Endless::Calls(calls) => write!(
+                        f,
+                        "did not end within {calls} calls, the most lockrun makes to one \
+                         server (at COUNT 1000, about {} million keys): a cursor that never \
+                         returns to 0?",
+                        calls / 1000
+                    ),
+                    Endless::Time(limit) => write!(
+                        f,
+                        "did not end within {}, the most lockrun allows a listing",
+                        Human(*limit)
+                    ),
+                }
+            }
             (Kind::NotRedis(NotRedis::Reply(reply)), _) => write!(
                 f,
                 "the server is not a usable Redis for lockrun: its reply to the lock script was {reply}"
@@ -647,6 +681,34 @@ mod tests {
         let misuse = LockError::misuse(Misuse::ProbeKeyHeld { key: "k".into() });
         assert_eq!(misuse.exit_code(), ExitCode::Usage);
         assert_eq!(LockError::no_answer().to_string(), "no answer");
+    }
+
+    #[test]
+    fn an_endless_scan_says_how_it_showed() {
+        let said = |e| {
+            let e = LockError::on("redis://h:1", Kind::NotRedis(NotRedis::EndlessScan(e)));
+            assert_eq!(e.exit_code(), crate::exit_codes::ExitCode::Unavailable);
+            e.to_string()
+        };
+        let prefix = "Redis at redis://h:1 is not a usable Redis for lockrun: its SCAN ";
+        assert_eq!(
+            said(Endless::Cycle {
+                cursor: "5".into(),
+                calls: 3
+            }),
+            format!("{prefix}cursor came back to 5 at call 3, so the scan would never end")
+        );
+        assert_eq!(
+            said(Endless::Calls(250_000)),
+            format!(
+                "{prefix}did not end within 250000 calls, the most lockrun makes to one server \
+                 (at COUNT 1000, about 250 million keys): a cursor that never returns to 0?"
+            )
+        );
+        assert_eq!(
+            said(Endless::Time(Duration::from_secs(600))),
+            format!("{prefix}did not end within 10m, the most lockrun allows a listing")
+        );
     }
 
     #[test]

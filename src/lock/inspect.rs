@@ -4,7 +4,7 @@
 //! Like the lock protocol, every read of one key is one `EVAL`, so what it shows is one
 //! consistent moment (holder, TTL, fence and queue read together).
 
-use super::failure::{Kind, Misuse};
+use super::failure::{Endless, Kind, Misuse, NotRedis};
 use super::keys::{history_args, Keys};
 use super::redis::{as_string, RedisLock};
 use super::scripts::{FORCE_RELEASE, INSPECT};
@@ -199,11 +199,15 @@ impl RedisLock {
 
     /// The names of every lock this server has handed a fence for (the fencing counters
     /// outlive the locks), by `SCAN` (never `KEYS`: it blocks the server) on every primary.
+    /// Each primary's walk is bounded (see [`Walk`]): a cursor that never comes back to 0 ends
+    /// it with an error instead of keeping lockrun asking forever.
     pub async fn known_keys(&mut self) -> Result<Vec<String>, LockError> {
         let prefix = format!("{}fence:", super::keys::RESERVED_PREFIX);
+        let started = std::time::Instant::now();
         let mut names = Vec::new();
         for node in self.primaries().await? {
             let at = node.as_ref().map(|(h, p)| (h.as_str(), *p));
+            let mut walk = Walk::new(started);
             let mut cursor = "0".to_string();
             loop {
                 let mut cmd = redis::cmd("SCAN");
@@ -211,27 +215,34 @@ impl RedisLock {
                     .arg("MATCH")
                     .arg(format!("{prefix}*"))
                     .arg("COUNT")
-                    .arg(1000);
+                    .arg(SCAN_COUNT);
                 let reply = self.request(cmd, at).await?;
-                let Value::Array(parts) = reply else {
+                // [cursor, [key, ...]]; anything else is no SCAN reply.
+                let page = match &reply {
+                    Value::Array(parts) => match parts.as_slice() {
+                        [c, Value::Array(keys)] => as_string(c).map(|c| (c, keys)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let Some((next, keys)) = page else {
                     return Err(self.unexpected(&reply));
                 };
-                cursor = parts
-                    .first()
-                    .and_then(as_string)
-                    .unwrap_or_else(|| "0".into());
-                if let Some(Value::Array(keys)) = parts.get(1) {
-                    for k in keys.iter().filter_map(as_string) {
-                        if let Some(name) = k.strip_prefix(&prefix).and_then(lock_name) {
-                            names.push(name);
-                        }
+                for k in keys.iter().filter_map(as_string) {
+                    if let Some(name) = k.strip_prefix(&prefix).and_then(lock_name) {
+                        names.push(name);
                     }
                 }
-                if cursor == "0" {
-                    break;
+                match walk.next(&next, std::time::Instant::now()) {
+                    Ok(true) => break,
+                    Ok(false) => cursor = next,
+                    Err(endless) => {
+                        return Err(self.error(Kind::NotRedis(NotRedis::EndlessScan(endless))))
+                    }
                 }
             }
         }
+        // SCAN may return a key more than once.
         names.sort();
         names.dedup();
         Ok(names)
@@ -271,6 +282,69 @@ impl RedisLock {
     }
 }
 
+/// How many keys each `SCAN` call looks at (a hint to the server): enough that a large
+/// keyspace takes few round trips, few enough that no call holds the server up for long
+/// (under a millisecond of its time, measured with 2 million keys).
+const SCAN_COUNT: u64 = 1000;
+
+/// The most `SCAN` calls one server's walk may take. At COUNT 1000 every call but the last has
+/// the server look at 1,000 keys or 10,000 buckets of its hash table (Redis stops at ten times
+/// COUNT buckets), and the table has fewer than 10 buckets per key (it shrinks below 10% full):
+/// 250,000 calls are at least 125 million keys on one server, and about 250 million at the
+/// usual fill, the most Redis's FAQ reports testing on one instance; walking that many takes
+/// minutes. The cursors a walk keeps to see a cycle stay within a few MB.
+const SCAN_CALLS: u64 = 250_000;
+
+/// The longest the walks over every server may take together, whatever the number of calls:
+/// a server that answers each one just within the request timeout cannot keep `list` going
+/// for days.
+const SCAN_TIME: Duration = Duration::from_secs(600);
+
+/// One server's `SCAN` walk, from cursor 0 until the server hands 0 back. A Redis cursor is a
+/// position in the server's hash table that only moves forward (the reversed bits of a bucket
+/// number, incremented), so within one walk no cursor comes back: one that does is a cycle.
+/// A cursor that always moves on without reaching 0 is stopped by [`SCAN_CALLS`] and
+/// [`SCAN_TIME`].
+struct Walk {
+    seen: std::collections::HashSet<String>,
+    calls: u64,
+    /// When the first walk of this listing began.
+    started: std::time::Instant,
+}
+
+impl Walk {
+    fn new(started: std::time::Instant) -> Walk {
+        Walk {
+            seen: std::collections::HashSet::new(),
+            calls: 0,
+            started,
+        }
+    }
+
+    /// After a call whose reply named `cursor`, at `now`: whether the walk is done (`Ok(true)`),
+    /// goes on (`Ok(false)`), or must stop.
+    fn next(&mut self, cursor: &str, now: std::time::Instant) -> Result<bool, Endless> {
+        self.calls += 1;
+        if cursor == "0" {
+            return Ok(true);
+        }
+        if !self.seen.insert(cursor.to_string()) {
+            let cursor = cursor.chars().take(40).collect();
+            return Err(Endless::Cycle {
+                cursor,
+                calls: self.calls,
+            });
+        }
+        if self.calls >= SCAN_CALLS {
+            return Err(Endless::Calls(self.calls));
+        }
+        if now.duration_since(self.started) >= SCAN_TIME {
+            return Err(Endless::Time(SCAN_TIME));
+        }
+        Ok(false)
+    }
+}
+
 /// The lock name inside a helper key's suffix: `{KEY}` or `=KEY` (see `helper_key`).
 fn lock_name(suffix: &str) -> Option<String> {
     if let Some(raw) = suffix.strip_prefix('=') {
@@ -304,6 +378,41 @@ mod tests {
         assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
     }
     use crate::lock::keys::helper_key;
+
+    #[test]
+    fn a_scan_walk_ends_at_0_and_stops_at_a_cycle_or_a_bound() {
+        let t0 = std::time::Instant::now();
+        let mut walk = Walk::new(t0);
+        assert_eq!(walk.next("12", t0), Ok(false));
+        assert_eq!(walk.next("0", t0), Ok(true));
+        let mut walk = Walk::new(t0);
+        for c in ["5", "7"] {
+            assert_eq!(walk.next(c, t0), Ok(false));
+        }
+        assert_eq!(
+            walk.next("5", t0),
+            Err(Endless::Cycle {
+                cursor: "5".into(),
+                calls: 3
+            })
+        );
+        let mut walk = Walk::new(t0);
+        for c in 1..SCAN_CALLS {
+            assert_eq!(walk.next(&c.to_string(), t0), Ok(false));
+        }
+        assert_eq!(
+            walk.next("x", t0),
+            Err(Endless::Calls(SCAN_CALLS)),
+            "the last call allowed"
+        );
+        // The time bound counts from the listing's start, over every server's walk.
+        let mut walk = Walk::new(t0);
+        assert_eq!(walk.next("1", t0 + SCAN_TIME / 2), Ok(false));
+        assert_eq!(
+            walk.next("2", t0 + SCAN_TIME),
+            Err(Endless::Time(SCAN_TIME))
+        );
+    }
 
     #[test]
     fn lock_names_come_back_from_their_helper_keys() {

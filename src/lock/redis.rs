@@ -53,8 +53,9 @@ pub struct RedisLock {
     /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command (`doctor`
     /// sets and reads it to exercise both ways: see `probe.rs`).
     pub(super) evalsha: bool,
-    /// The last acquire was sent and its outcome is unknown (no reply, or abandoned while it
-    /// waited for one): [`LockService::give_back`] has something to do.
+    /// The last acquire was sent and its outcome is unknown (no reply, a reply none of the
+    /// script's, or abandoned while it waited for one): [`LockService::give_back`] has
+    /// something to do.
     unsettled: bool,
 }
 
@@ -826,61 +827,36 @@ impl LockService for RedisLock {
             }
         };
         let confirmed_at = Instant::now();
-        self.unsettled = false;
-        let items = match reply {
-            Value::Array(items) => items,
-            other => return Err(self.unexpected(&other)),
+        let lease = Lease {
+            key: spec.key.clone(),
+            holder: holder.clone(),
+            fence: 0,
+            sent_at,
+            confirmed_at,
         };
-        match (items.first(), items.get(1)) {
-            (Some(Value::Int(1)), Some(Value::Int(fence))) => {
-                let lease = Lease {
-                    key: spec.key.clone(),
-                    holder: holder.clone(),
-                    fence: *fence as u64,
-                    sent_at,
-                    confirmed_at,
-                };
-                if let Err(e) = acked {
-                    // Not on enough replicas: a failover now could hand the key to someone
-                    // else. Give it back (token-checked) rather than hold it half-safely, and
-                    // without waiting for the replicas a second time: they just failed to
-                    // answer, and a give-back they miss leaves only our key, until its TTL.
-                    self.unsettled = true;
-                    self.give_back(spec, holder).await;
-                    return Err(e);
-                }
-                Ok(Acquire::Acquired(lease))
+        let decoded = match self.acquired(spec, lease, reply) {
+            Ok(decoded) => decoded,
+            // Whatever answered ran the request and said something none of the script's
+            // replies say: it may have granted the lock. The attempt stays unsettled, so the
+            // caller's give-back (token-checked) removes what it may have taken, on a new
+            // connection: one that carried a reply no Redis gives may be out of step.
+            Err(odd) => {
+                self.conn = None;
+                return Err(self.unexpected(&odd));
             }
-            (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
-                holder: items.get(2).and_then(as_string),
-                // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
-                // free but promised to a queued waiter: no lease end to sleep by.
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                rank: match items.get(3) {
-                    Some(Value::Int(r)) => u64::try_from(*r).ok(),
-                    _ => None,
-                },
-            }),
-            (Some(Value::Int(-1)), Some(kind)) => {
-                let kind = as_string(kind).unwrap_or_default();
-                let key = spec.key.clone();
-                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
-                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
-                    (None, "zset") => Misuse::IsSemaphore { key },
-                    (Some(_), "string") => Misuse::IsPlainLock { key },
-                    _ => Misuse::Foreign { key, found: kind },
-                })))
-            }
-            (Some(Value::Int(-2)), Some(key)) => {
-                let key = as_string(key).unwrap_or_default();
-                Err(self.error(Kind::Misuse(if key == keys.fence {
-                    Misuse::SpoiledFence { helper: key }
-                } else {
-                    Misuse::SpoiledQueue { helper: key }
-                })))
-            }
-            _ => Err(self.unexpected(&Value::Array(items))),
+        };
+        self.unsettled = false;
+        let acquired = decoded?;
+        if let (Acquire::Acquired(_), Err(e)) = (&acquired, acked) {
+            // Not on enough replicas: a failover now could hand the key to someone else. Give
+            // it back (token-checked) rather than hold it half-safely, and without waiting for
+            // the replicas a second time: they just failed to answer, and a give-back they miss
+            // leaves only our key, until its TTL.
+            self.unsettled = true;
+            self.give_back(spec, holder).await;
+            return Err(e);
         }
+        Ok(acquired)
     }
 
     async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
@@ -996,6 +972,56 @@ impl LockService for RedisLock {
 }
 
 impl RedisLock {
+    /// What the acquire script's reply says (see acquire.lua): `lease` (its fence still 0)
+    /// when it granted the lock; `Err` with the reply when it is none of the script's.
+    fn acquired(
+        &self,
+        spec: &LockSpec,
+        lease: Lease,
+        reply: Value,
+    ) -> Result<Result<Acquire, LockError>, Value> {
+        let Value::Array(items) = reply else {
+            return Err(reply);
+        };
+        Ok(match (items.first(), items.get(1)) {
+            (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
+                fence: *fence as u64,
+                ..lease
+            })),
+            (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
+                holder: items.get(2).and_then(as_string),
+                // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
+                // free but promised to a queued waiter: no lease end to sleep by.
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                rank: match items.get(3) {
+                    Some(Value::Int(r)) => u64::try_from(*r).ok(),
+                    _ => None,
+                },
+            }),
+            (Some(Value::Int(-1)), Some(kind)) => {
+                let kind = as_string(kind).unwrap_or_default();
+                let key = spec.key.clone();
+                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
+                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                    (None, "zset") => Misuse::IsSemaphore { key },
+                    (Some(_), "string") => Misuse::IsPlainLock { key },
+                    _ => Misuse::Foreign { key, found: kind },
+                })))
+            }
+            (Some(Value::Int(-2)), Some(key)) => {
+                let key = as_string(key).unwrap_or_default();
+                Err(
+                    self.error(Kind::Misuse(if key == Keys::of(&spec.key).fence {
+                        Misuse::SpoiledFence { helper: key }
+                    } else {
+                        Misuse::SpoiledQueue { helper: key }
+                    })),
+                )
+            }
+            _ => return Err(Value::Array(items)),
+        })
+    }
+
     /// [`LockService::release`]; `ack`: with `--acks`/`--fsync`, wait for the replicas (not
     /// for a give-back: see [`LockService::give_back`]).
     async fn release_with(

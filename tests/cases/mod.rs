@@ -19,6 +19,7 @@ mod ha_sentinel;
 mod harness_topologies;
 mod metrics;
 mod network_faults;
+mod odd_replies;
 mod odd_usage;
 mod operators;
 mod platform_stops;
