@@ -28,10 +28,11 @@ source tests/ensure-netns.sh
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two, whole.
 # The second pass of `both` leaves out the tests whose subject is another program or a
 # topology's timing rather than the server's protocol: real cron (minutes of wall time), the
-# platforms' stop sequences, promtool/node_exporter, the CI examples' validators, and the
-# network-partition suite (ha_).
+# platforms' stop sequences, promtool/node_exporter, the CI examples' validators, the
+# network-partition suite (ha_), and the tests that talk to a fake server alone (no server of
+# either kind is asked anything there).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"
