@@ -1,5 +1,6 @@
 mod alerting;
 mod broken_output;
+mod closed_stdio;
 mod cluster;
 mod command_cannot_start;
 mod contention;
