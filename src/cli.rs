@@ -240,6 +240,12 @@ pub struct Connection {
     )]
     pub redis: Vec<String>,
 
+    /// Whether the URLs came from `LOCKRUN_REDIS_URL` rather than `-r`: a URL refused later,
+    /// once parsed, names the variable, as a value clap refuses does. Filled from clap's record
+    /// of where the value came from, once the line is parsed.
+    #[arg(skip)]
+    pub redis_from_env: bool,
+
     /// Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10
     /// within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)
     ///
@@ -704,7 +710,9 @@ fn parse_whole(mut argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
             None => run_from(&m),
             Some(("run", sub)) => run_from(sub),
             Some((_, sub)) => verbs::Verb::from_arg_matches(&m).map(|mut verb| {
-                verb.common_mut().logs.quiet_given = quiet_given(sub);
+                let common = verb.common_mut();
+                common.logs.quiet_given = quiet_given(sub);
+                common.conn.redis_from_env = from_env(sub, "redis");
                 Invocation::Verb(Box::new(verb))
             }),
         });
@@ -734,7 +742,13 @@ fn run_from(m: &clap::ArgMatches) -> Result<Invocation, clap::Error> {
     // Before the key, as it has always been counted: a `-q` between the key and the command
     // yields to `-v` like the variable does.
     args.logs.quiet_given = quiet_given(m) && m.index_of("quiet") < m.index_of("key");
+    args.conn.redis_from_env = from_env(m, "redis");
     Ok(Invocation::Run(Box::new(args)))
+}
+
+/// Whether option `id`'s value came from its environment variable.
+fn from_env(m: &clap::ArgMatches, id: &str) -> bool {
+    m.value_source(id) == Some(clap::parser::ValueSource::EnvVariable)
 }
 
 /// Whether `-q` came from the command line rather than `LOCKRUN_QUIET` (see [`Logs::quiet_given`]).
@@ -1275,6 +1289,29 @@ mod tests {
             panic!("{status:?}")
         };
         assert_eq!(v.common().conn.redis, ["redis://h:1"]);
+    }
+
+    #[test]
+    fn redis_from_env_says_where_the_urls_came_from() {
+        let from_env = |r: &Result<Invocation, ExitCode>| match r {
+            Ok(Invocation::Run(a)) => a.conn.redis_from_env,
+            Ok(Invocation::Verb(v)) => v.common().conn.redis_from_env,
+            Err(_) => panic!("parse failed"),
+        };
+        let var = [("LOCKRUN_REDIS_URL", "redis://from-env:1")];
+        let parsed = parse_with_vars(
+            &var,
+            &[
+                &["k", "true"],
+                &["run", "k", "true"],
+                &["status", "k"],
+                &["-r", "redis://h:1", "k", "true"],
+                &["status", "-r", "redis://h:1", "k"],
+            ],
+        );
+        let said: Vec<bool> = parsed.iter().map(from_env).collect();
+        assert_eq!(said, [true, true, true, false, false]);
+        assert!(!from_env(&parse_with_vars(&[], &[&["k", "true"]])[0]));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`exit_codes`]: how every ending maps to a process exit code
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
+//! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
 //! - [`runtime`]: the async runtime
 //! - [`app`]: one run, start to finish
@@ -30,6 +31,7 @@ pub mod plan;
 pub mod runtime;
 pub mod signals;
 pub mod spawn;
+pub mod stdio;
 pub mod supervisor;
 pub mod watchdog;
 
@@ -37,6 +39,13 @@ use exit_codes::ExitCode;
 
 /// Everything `main` does; returns the process exit code.
 pub fn main() -> i32 {
+    // First of all: nothing may open a descriptor while 0, 1 or 2 is free.
+    if let Err(why) = stdio::fill_closed() {
+        // Before the command line is read: a text line (to a stderr that may be the one closed).
+        logging::print_early_error(&why, false);
+        logging::flush();
+        return ExitCode::OsError.code();
+    }
     signals::record_sigpipe();
     pin_host_lookups();
     let code = run().code();

@@ -6,7 +6,8 @@
 //! error here: the rest of the output is dropped and the command ends quietly with its own exit
 //! code, as ripgrep and fd do. Any other failure is said in one line on stderr and makes the
 //! exit code 74 (EX_IOERR): a script that saved the output must not take a truncated file for a
-//! whole one.
+//! whole one. A stdout that was closed when lockrun started (`lockrun status k >&-`) is such a
+//! failure too.
 
 use crate::exit_codes::ExitCode;
 use std::io::Write;
@@ -19,6 +20,16 @@ static FAILED: Mutex<Option<(std::io::ErrorKind, String)>> = Mutex::new(None);
 pub fn print(text: &str) {
     let mut failed = FAILED.lock().unwrap_or_else(|e| e.into_inner());
     if failed.is_some() {
+        return;
+    }
+    // Closed by the caller: /dev/null stands in for it (see `stdio`), and a write there would
+    // succeed, but nobody can read it. It is a write that failed, as it would have been with
+    // the descriptor left closed.
+    if crate::stdio::was_closed(1) {
+        *failed = Some((
+            std::io::ErrorKind::Other,
+            "it was closed when lockrun started".into(),
+        ));
         return;
     }
     let mut out = std::io::stdout().lock();

@@ -104,15 +104,38 @@ pub fn operation(verb: &Verb) -> Result<Vec<RedisLock>, Usage> {
 /// The operators' commands' servers: one client per URL (several: Redlock masters), nothing
 /// connected yet.
 fn connection(conn: &Connection) -> Result<Vec<RedisLock>, Usage> {
-    let urls = urls(&conn.redis)?;
+    let urls = urls(&conn.redis).map_err(|u| of_urls(conn, u.0))?;
     let timeout = conn.node_timeout.unwrap_or(OPERATOR_TIMEOUT);
     let access = access(conn)?;
     let nodes = urls
         .iter()
-        .map(|url| RedisLock::new(url, &access, timeout))
+        .map(|url| RedisLock::new(url, &access, timeout).map_err(|e| of_url(conn, e)))
         .collect::<Result<Vec<_>, _>>()?;
-    crate::lock::redlock::distinct(&nodes)?;
+    crate::lock::redlock::distinct(&nodes).map_err(|e| of_urls(conn, e))?;
     Ok(nodes)
+}
+
+/// A usage error about the URLs as a whole (how many, one server twice): it says where they
+/// came from when that was `LOCKRUN_REDIS_URL`, as the error about any other variable's value
+/// does; `-r` is on the line the user typed.
+fn of_urls(conn: &Connection, msg: String) -> Usage {
+    if conn.redis_from_env {
+        Usage(format!(
+            "{msg}, from the environment variable LOCKRUN_REDIS_URL"
+        ))
+    } else {
+        Usage(msg)
+    }
+}
+
+/// An error from parsing one URL with the options that go with it: [`of_urls`] when it is
+/// about the URL itself; one about a password or TLS option names that option already.
+fn of_url(conn: &Connection, msg: String) -> Usage {
+    if msg.starts_with(crate::lock::url::INVALID) {
+        of_urls(conn, msg)
+    } else {
+        Usage(msg)
+    }
 }
 
 /// Bound on connecting and on each reply: well below the TTL so a dead server is noticed with
@@ -130,7 +153,7 @@ pub fn node_timeout(ttl: Duration) -> Duration {
 /// The lock to run on: one server for one URL, Redlock over 3 or more. Every error is a usage
 /// error (bad URL, 2 URLs, --limit with several, a --node-timeout that does not fit the TTL).
 fn backend(args: &Args) -> Result<Backend, Usage> {
-    let urls = run_urls(&args.conn.redis, args.limit)?;
+    let urls = run_urls(&args.conn.redis, args.limit).map_err(|u| of_urls(&args.conn, u.0))?;
     let timeout = match args.conn.node_timeout {
         // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
         Some(t) if t.is_zero() || t >= args.ttl / 3 => {
@@ -151,10 +174,12 @@ fn backend(args: &Args) -> Result<Backend, Usage> {
     let mut nodes = urls
         .iter()
         .map(|url| {
-            RedisLock::new(url, &access, timeout).map(|l| l.with_acks(args.acks, args.fsync))
+            RedisLock::new(url, &access, timeout)
+                .map(|l| l.with_acks(args.acks, args.fsync))
+                .map_err(|e| of_url(&args.conn, e))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    crate::lock::redlock::distinct(&nodes)?;
+    crate::lock::redlock::distinct(&nodes).map_err(|e| of_urls(&args.conn, e))?;
     Ok(match nodes.len() {
         1 => Backend::One(nodes.remove(0)),
         _ => Backend::Quorum(Redlock::new(nodes, timeout)),

@@ -139,8 +139,10 @@ impl Connector {
             }
             .map_err(|e| {
                 endpoint.secrets.scrub(&format!(
-                    "invalid Redis URL '{}' or TLS files: {e}",
-                    endpoint.shown
+                    "{} '{}' or TLS files: {}",
+                    super::url::INVALID,
+                    endpoint.shown,
+                    super::errors::config_words(&e)
                 ))
             })
         };
@@ -450,8 +452,10 @@ fn cluster_client(
         .build()
         .map_err(|e| {
             endpoint.secrets.scrub(&format!(
-                "invalid Redis URL '{}' or TLS files: {e}",
-                endpoint.shown
+                "{} '{}' or TLS files: {}",
+                super::url::INVALID,
+                endpoint.shown,
+                super::errors::config_words(&e)
             ))
         })
 }

@@ -133,7 +133,7 @@ pub fn parse(
     } else {
         format!("{scheme}://[user:password@]host1:port1[,host2:port2…]")
     };
-    let bad = |why: &str| format!("invalid Redis URL '{shown}': {why}; expected {form}");
+    let bad = |why: &str| format!("{} '{shown}': {why}; expected {form}", url::INVALID);
     let mut addrs = Vec::new();
     for host in hosts.split(',') {
         if host.is_empty() {

@@ -10,6 +10,22 @@
 use super::failure::{Answer, Auth, Denied, Kind, Limit, NotRedis, On, Trouble, Unsupported};
 use redis::RedisError;
 
+/// redis-rs's words for a configuration it refused (a URL it cannot use, TLS files it cannot
+/// read), without its name for the kind of error (`Invalid database number -
+/// InvalidClientConfig`), which tells whoever reads the message nothing.
+pub fn config_words(e: &RedisError) -> String {
+    let words = e.to_string().replacen(&format!(" - {:?}", e.kind()), "", 1);
+    // In lower case, as it follows a colon in lockrun's message: `invalid database number`,
+    // while a word such as `TLS` stays as it is.
+    let mut chars = words.chars();
+    match (chars.next(), chars.next()) {
+        (Some(first), Some(second)) if first.is_uppercase() && second.is_lowercase() => {
+            first.to_lowercase().chain(words.chars().skip(1)).collect()
+        }
+        _ => words,
+    }
+}
+
 /// The script an `EVAL` sent, to name the command inside it that the server refused.
 #[derive(Clone, Copy, Debug)]
 pub struct Sent<'a> {

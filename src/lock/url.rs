@@ -25,6 +25,10 @@ const HARMLESS_PARAMS: [&str; 2] = ["db", "protocol"];
 /// Query parameters whose values are passwords, to be scrubbed from messages as well.
 const PASSWORD_PARAMS: [&str; 2] = ["pass", "password"];
 
+/// How every message about a URL lockrun refuses begins, whatever found the fault: `plan`
+/// tells these messages by it, to say where the URL came from (`LOCKRUN_REDIS_URL` or `-r`).
+pub const INVALID: &str = "invalid Redis URL";
+
 /// The one hint for every URL whose credentials cannot be told apart from the rest: how to
 /// write them unambiguously, or how to keep them out of the URL altogether.
 const ENCODE_HINT: &str = "percent-encode the user name and password ('@' -> %40, '/' -> %2F, \
@@ -287,7 +291,7 @@ pub fn target(url: &str, creds: &Credentials) -> Result<Target, String> {
         secrets.add(s);
     }
     let invalid = |e: &dyn fmt::Display, secrets: &Secrets| {
-        secrets.scrub(&format!("invalid Redis URL '{shown}': {e}"))
+        secrets.scrub(&format!("{INVALID} '{shown}': {e}"))
     };
     // redis-rs takes a TCP URL's database from its path and ignores a `db` query parameter
     // (`redis://h/2?db=3` used 2, `redis://h?db=3` used 0): refused rather than half-read.
@@ -298,14 +302,21 @@ pub fn target(url: &str, creds: &Credentials) -> Result<Target, String> {
         .any(|item| param_name(item.split('=').next().unwrap_or("")) == "db");
     if TCP_SCHEMES.contains(&parts.scheme) && db_param {
         return Err(format!(
-            "invalid Redis URL '{shown}': a {}:// URL names its database in the path \
+            "{INVALID} '{shown}': a {}:// URL names its database in the path \
              ({}://host:port/3), not with ?db=",
             parts.scheme, parts.scheme
         ));
     }
-    let info = url
-        .into_connection_info()
-        .map_err(|e| invalid(&e, &secrets))?;
+    let info = url.into_connection_info().map_err(|e| {
+        // redis-rs says "did not parse" for whatever the URL parser refused: the parser's own
+        // reason says what ("invalid port number", "empty host"; a fixed text that quotes
+        // nothing of the URL).
+        let why = match ::url::Url::parse(url) {
+            Err(parse) => parse.to_string(),
+            Ok(_) => super::errors::config_words(&e),
+        };
+        invalid(&why, &secrets)
+    })?;
     // CLIENT SETINFO would add a round trip to every run for a label nobody reads.
     let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
     if let Some(p) = settings.password() {
@@ -359,10 +370,17 @@ struct Parts<'a> {
 /// between `//` and the path other than `localhost` is refused (it may be a password, and the
 /// socket path itself may legitimately contain `@`).
 fn split(url: &str) -> Result<Parts<'_>, String> {
+    // Read as part of the scheme, it would be called an unsupported one.
+    if url.starts_with(char::is_whitespace) {
+        return Err(format!(
+            "{INVALID}: it begins with a space or another blank (URL not shown)"
+        ));
+    }
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err("invalid Redis URL: expected redis://[user:password@]host[:port][/db], \
-                    rediss://…, or unix:///path/to/redis.sock[?pass=…] (not shown: it may hold a password)"
-            .into());
+        return Err(format!(
+            "{INVALID}: expected redis://[user:password@]host[:port][/db], rediss://…, or \
+             unix:///path/to/redis.sock[?pass=…] (not shown: it may hold a password)"
+        ));
     };
     let tcp = TCP_SCHEMES.contains(&scheme);
     if !tcp && !UNIX_SCHEMES.contains(&scheme) {
@@ -375,7 +393,7 @@ fn split(url: &str) -> Result<Parts<'_>, String> {
             String::new()
         };
         return Err(format!(
-            "invalid Redis URL: unsupported scheme{scheme}; use redis://, rediss://, valkey://, \
+            "{INVALID}: unsupported scheme{scheme}; use redis://, rediss://, valkey://, \
              valkeys://, unix://, redis+unix://, redis+sentinel://, rediss+sentinel://, \
              redis+cluster:// or rediss+cluster://"
         ));
@@ -384,7 +402,7 @@ fn split(url: &str) -> Result<Parts<'_>, String> {
         match rest.rfind('@') {
             Some(at) if rest[..at].contains(['@', '/', '?', '#']) => {
                 return Err(format!(
-                    "invalid Redis URL: cannot tell where its user name or password ends (an \
+                    "{INVALID}: cannot tell where its user name or password ends (an \
                      unencoded '@', '/', '?' or '#' in it?); {ENCODE_HINT} (URL not shown)"
                 ));
             }
@@ -394,13 +412,12 @@ fn split(url: &str) -> Result<Parts<'_>, String> {
     } else {
         let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
         if !authority.is_empty() && !authority.eq_ignore_ascii_case("localhost") {
-            return Err(
-                "invalid Redis URL: a unix socket URL has nothing between '//' and the path \
+            return Err(format!(
+                "{INVALID}: a unix socket URL has nothing between '//' and the path \
                  (unix:///path/to/redis.sock); give credentials as ?user=…&pass=… \
                  (percent-encoded) or with --redis-user and LOCKRUN_REDIS_PASSWORD or \
                  --redis-password-file (URL not shown)"
-                    .into(),
-            );
+            ));
         }
         (None, rest)
     };
@@ -632,6 +649,28 @@ mod tests {
         ] {
             let err = target(url, &Credentials::default()).err().unwrap();
             assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong_in_lockruns_words() {
+        for (url, why) in [
+            ("redis://h:99999", "invalid port number"),
+            ("redis://:pw@h:abc", "invalid port number"),
+            ("redis://h/a/b", "invalid database number"),
+            (
+                "redis://h/?protocol=resp9",
+                "invalid protocol version: resp9",
+            ),
+            ("redis://", "missing hostname"),
+            (" redis://h", "begins with a space"),
+            ("\tredis://h", "begins with a space or another blank"),
+        ] {
+            let err = target(url, &Credentials::default()).err().unwrap();
+            assert!(err.starts_with(INVALID), "{url}: {err}");
+            assert!(err.contains(why), "{url}: {err}");
+            // redis-rs's name for the kind of error means nothing to the reader.
+            assert!(!err.contains("InvalidClientConfig"), "{url}: {err}");
         }
     }
 

@@ -1,6 +1,7 @@
 mod alerting;
 mod broken_output;
 mod ci_examples;
+mod closed_stdio;
 mod cluster;
 mod command_cannot_start;
 mod contention;

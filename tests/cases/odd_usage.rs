@@ -100,6 +100,55 @@ fn switches_in_the_environment_take_the_usual_spellings() {
     assert_one_line(cmd, 64, "from the environment variable LOCKRUN_EVERY");
 }
 
+/// A Redis URL lockrun refuses names `LOCKRUN_REDIS_URL` when it came from there, as every
+/// other variable's bad value does, for the run form and the operators' commands; the same URL
+/// given with `-r` does not. redis-rs's own name for the error (`InvalidClientConfig`) never
+/// shows, nor a password.
+#[test]
+fn a_bad_url_in_the_environment_names_the_variable() {
+    let var = "from the environment variable LOCKRUN_REDIS_URL";
+    for url in [
+        " redis://127.0.0.1:6379",
+        ":abc",
+        "redis://:hunter2@127.0.0.1:abc",
+        "http://127.0.0.1:6379",
+        "redis://127.0.0.1:1,redis://127.0.0.1:2",
+        "redis://:hunter2@127.0.0.1:6379/?protocol=resp9",
+        "/run/redis/redis.sock",
+        "redis://:hunter2@127.0.0.1:6379/queue/3",
+        "redis://u:hunter2@127.0.0.1:99999",
+        "unix:///run/redis.sock?db=two&pass=hunter2",
+        "redis+sentinel://:hunter2@s1:26379,s1:26379/mymaster",
+        "redis+cluster://:hunter2@c1:99999",
+        "redis://a:1,redis://A:1,redis://b:1",
+    ] {
+        for form in [&["k", "true"][..], &["status", "k"], &["run", "k", "true"]] {
+            let mut cmd = Lockrun::bare();
+            cmd.env("LOCKRUN_REDIS_URL", url).args(form);
+            let err = assert_one_line(cmd, 64, var);
+            assert!(
+                !err.contains("InvalidClientConfig") && !err.contains("hunter2"),
+                "{url:?} {form:?}: {err}"
+            );
+            let mut cmd = Lockrun::bare();
+            cmd.arg("-r").arg(url).args(form);
+            let err = assert_one_line(cmd, 64, "");
+            assert!(
+                !err.contains("LOCKRUN_REDIS_URL")
+                    && !err.contains("InvalidClientConfig")
+                    && !err.contains("hunter2"),
+                "{url:?} -r {form:?}: {err}"
+            );
+        }
+    }
+    // `-r` wins over the variable, as every flag does: a bad variable is then not read.
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_REDIS_URL", ":abc").args(["k", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
 /// The run form's variables are not an operators' command's: an environment set up for runs
 /// (a unit, a manifest), even with a value a run refuses, does not break `status` (it exited 64
 /// when the commands became subcommands of the one command line).
