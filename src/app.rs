@@ -175,7 +175,7 @@ impl HeldJob<'_> {
                 };
             }
         };
-        record.job_started = Some(std::time::SystemTime::now());
+        record.command_started();
         let stats = watchdog::Stats::default();
         // The watchdog resolves only when the lock is lost; with --on-lost continue that is
         // the only trace of it (the exit code is then the job's own).

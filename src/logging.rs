@@ -1,10 +1,13 @@
-//! lockrun's own log lines. They all go to stderr: stdout belongs to the command.
+//! lockrun's own log lines. They all go to stderr: stdout belongs to the command. Where stderr
+//! is the journal, each line starts with its syslog priority (sd-daemon(3)).
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing::{Level, Metadata};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+use tracing_subscriber::fmt::MakeWriter;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -68,9 +71,11 @@ pub fn init(
             None => EnvFilter::default().add_directive(LevelFilter::INFO.into()),
         }
     };
-    let escape = format == Format::Text;
     let builder = tracing_subscriber::fmt()
-        .with_writer(move || QueuedStderr { escape })
+        .with_writer(Stderr {
+            escape: format == Format::Text,
+            journal: stderr_is_journal(),
+        })
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false);
@@ -224,39 +229,114 @@ pub fn flush() {
     }
 }
 
+/// Whether stderr is the journal: systemd sets `JOURNAL_STREAM=<st_dev>:<st_ino>` for a unit
+/// whose stderr (or stdout) is connected to journald (systemd.exec(5)). The variable is
+/// inherited by everything the unit starts, also where stderr was redirected since (`2>>file`
+/// in an `sh -c`), so it is compared with what fd 2 is (sd_journal_stream_fd(3) says to).
+/// Decided once: one getenv, and an fstat only when the variable is set.
+fn stderr_is_journal() -> bool {
+    static JOURNAL: OnceLock<bool> = OnceLock::new();
+    *JOURNAL.get_or_init(|| {
+        let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+            return false;
+        };
+        let Some((dev, ino)) = value.to_str().and_then(|v| v.split_once(':')) else {
+            return false;
+        };
+        let (Ok(dev), Ok(ino)) = (dev.parse::<libc::dev_t>(), ino.parse::<libc::ino_t>()) else {
+            return false;
+        };
+        // fstat(2) of fd 2: the device and inode of the stream journald gave the unit, if fd 2
+        // is still that stream. Failing (fd 2 closed): not the journal.
+        nix::sys::stat::fstat(std::io::stderr())
+            .is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
+    })
+}
+
+/// The sd-daemon(3) prefix journald reads a line's priority from (and strips): `<3>` error,
+/// `<4>` warning, `<6>` info, `<7>` debug (trace too). Without it every line is stored at the
+/// unit's default, info, and `journalctl -p warning` finds no error.
+fn priority(level: &Level) -> &'static [u8] {
+    match *level {
+        Level::ERROR => b"<3>",
+        Level::WARN => b"<4>",
+        Level::INFO => b"<6>",
+        Level::DEBUG | Level::TRACE => b"<7>",
+    }
+}
+
+/// lockrun's stderr as tracing-subscriber writes to it: a [`QueuedStderr`] per event, which
+/// knows the event's level.
+#[derive(Clone, Copy)]
+struct Stderr {
+    /// Text format: control characters inside the line are escaped (JSON escapes its own).
+    escape: bool,
+    /// stderr is the journal: each line starts with its [`priority`].
+    journal: bool,
+}
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = QueuedStderr;
+
+    fn make_writer(&'a self) -> QueuedStderr {
+        QueuedStderr {
+            escape: self.escape,
+            prefix: b"",
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> QueuedStderr {
+        QueuedStderr {
+            escape: self.escape,
+            prefix: if self.journal {
+                priority(meta.level())
+            } else {
+                b""
+            },
+        }
+    }
+}
+
 /// What tracing-subscriber writes each formatted event to: one `write_all` per event, so one
 /// call is one whole line.
 struct QueuedStderr {
-    /// Text format: control characters inside the line are escaped (JSON escapes its own).
     escape: bool,
+    /// Written before the line: its priority where stderr is the journal, else nothing.
+    prefix: &'static [u8],
 }
 
 impl std::io::Write for QueuedStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.escape {
-            // A key or a value from the server may hold a newline (which would forge a second
-            // log line) or a terminal escape sequence (which would rewrite the operator's
-            // screen). The line's own final newline stays.
-            let text = String::from_utf8_lossy(buf);
-            let body = text.strip_suffix('\n').unwrap_or(&text);
-            match escape_controls(body) {
-                // The common case: nothing to escape, no copy.
-                std::borrow::Cow::Borrowed(_) => SINK.push(buf),
-                std::borrow::Cow::Owned(mut line) => {
-                    if body.len() < text.len() {
-                        line.push('\n');
-                    }
-                    SINK.push(line.as_bytes());
-                }
-            }
+        let escaped = if self.escape { escape_line(buf) } else { None };
+        let line = escaped.as_deref().map_or(buf, str::as_bytes);
+        if self.prefix.is_empty() {
+            SINK.push(line);
         } else {
-            SINK.push(buf);
+            SINK.push(&[self.prefix, line].concat());
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+/// `line` with its control characters escaped, if it has any: a key or a value from the
+/// server may hold a newline (which would forge a second log line) or a terminal escape
+/// sequence (which would rewrite the operator's screen). The line's own final newline stays.
+fn escape_line(line: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(line);
+    let body = text.strip_suffix('\n').unwrap_or(&text);
+    match escape_controls(body) {
+        // The common case: nothing to escape, no copy.
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(mut escaped) => {
+            if body.len() < text.len() {
+                escaped.push('\n');
+            }
+            Some(escaped)
+        }
     }
 }
 
@@ -299,17 +379,22 @@ fn check_filter(spec: &str) -> Result<(), String> {
 /// line is made by the same formatter, with the same escaping, as the log lines: a one-off
 /// subscriber for this one event, since the run's own may not exist yet.
 pub fn print_early_error(message: &str, json: bool) {
+    let journal = stderr_is_journal();
     if json {
         let line = serde_json::json!({
             "timestamp": utc_now(),
             "level": "ERROR",
             "message": message,
         });
+        let prefix = if journal { "<3>" } else { "" };
         // A full or closed stderr: nothing more can be said, and nothing to panic over.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        let _ = writeln!(std::io::stderr(), "{prefix}{line}");
     } else {
         let once = tracing_subscriber::fmt()
-            .with_writer(|| QueuedStderr { escape: true })
+            .with_writer(Stderr {
+                escape: true,
+                journal,
+            })
             .with_target(false)
             .with_ansi(false)
             .finish();

@@ -77,12 +77,21 @@ pub struct RunRecord {
     /// The job's schedule period (`--every`).
     pub every: Option<Duration>,
     /// When the job last started under this lock, as this run saw it: its own start of the
-    /// command, or the holder's `started=` when it found the lock held. Kept from the previous
-    /// file when this run saw neither (see [`write`]).
+    /// command ([`RunRecord::command_started`]), or the holder's `started=` when it found the
+    /// lock held. Kept from the previous file when this run saw neither (see [`write`]).
     pub job_started: Option<SystemTime>,
+    /// The start this host knew before `job_started`: filled in by [`write`] from the file it
+    /// replaces. With `job_started` it tells a start after a pause from one on schedule.
+    pub job_previous_start: Option<SystemTime>,
     /// When a run of the job on this host last ended with exit code 0: this one's end if it
     /// did, else kept from the previous file.
     pub job_succeeded: Option<SystemTime>,
+    /// When a run of the job on this host last ended, whatever its exit: this one's end if it
+    /// started the command, else kept from the previous file. Older than `job_started`: the
+    /// run that started last has not ended (yet).
+    pub job_ended: Option<SystemTime>,
+    /// This run started the command.
+    started_command: bool,
     pub start: SystemTime,
     pub end: SystemTime,
     /// `start` on the monotonic clock, for the durations (a wall clock can jump).
@@ -105,7 +114,10 @@ impl RunRecord {
             lost: false,
             every: None,
             job_started: None,
+            job_previous_start: None,
             job_succeeded: None,
+            job_ended: None,
+            started_command: false,
             start: now,
             end: now,
             started: Instant::now(),
@@ -122,6 +134,12 @@ impl RunRecord {
         self.started
     }
 
+    /// The command has just started: the job's start, and this run's end will be the job's.
+    pub fn command_started(&mut self) {
+        self.job_started = Some(SystemTime::now());
+        self.started_command = true;
+    }
+
     /// The run ended with `code`; `interrupted` as for [`outcome_of`].
     pub fn finish(&mut self, code: ExitCode, interrupted: bool) {
         self.exit_code = code.code();
@@ -129,6 +147,9 @@ impl RunRecord {
         self.end = SystemTime::now();
         if self.outcome == Outcome::Ran && self.exit_code == 0 {
             self.job_succeeded = Some(self.end);
+        }
+        if self.started_command {
+            self.job_ended = Some(self.end);
         }
     }
 }
@@ -142,10 +163,11 @@ impl RunRecord {
 /// renaming over it would destroy it. A symbolic link is followed to the regular file it
 /// names, which is replaced in its own directory, so the link stays.
 ///
-/// The fleet-wide times (`job_started`, `job_succeeded`) are carried over from the file being
-/// replaced when this run has none of its own: each host's file is replaced by every run,
-/// and most runs skip, yet an alert must still know when the job last started and last
-/// succeeded.
+/// The fleet-wide times (`job_started`, `job_succeeded`, `job_ended`) are carried over from the
+/// file being replaced when this run has none of its own: each host's file is replaced by
+/// every run, and most runs skip, yet an alert must still know when the job last started,
+/// succeeded and ended. `job_previous_start` is the file's start when this run knows a later
+/// one, else the file's own previous start.
 pub fn write(path: &Path, record: &RunRecord) {
     let target = match replaceable(path) {
         Ok(target) => target,
@@ -159,8 +181,7 @@ pub fn write(path: &Path, record: &RunRecord) {
     };
     let mut record = record.clone();
     let previous = previous_times(&target, &record.key);
-    record.job_started = later(record.job_started, previous.0);
-    record.job_succeeded = later(record.job_succeeded, previous.1);
+    carry_over(&mut record, previous);
     if let Err(e) = write_atomically(&target, render(&record).as_bytes()) {
         tracing::warn!("cannot write metrics file {}: {e}", path.display());
     }
@@ -205,6 +226,28 @@ fn replaceable(path: &Path) -> Result<PathBuf, String> {
     Err(format!("it is {what}, not a regular file"))
 }
 
+/// `record`'s job times, given what the file it replaces says.
+fn carry_over(record: &mut RunRecord, previous: Carried) {
+    let started = later(record.job_started, previous.started);
+    record.job_previous_start = if started != previous.started {
+        previous.started
+    } else {
+        previous.previous_start
+    };
+    record.job_started = started;
+    record.job_succeeded = later(record.job_succeeded, previous.succeeded);
+    record.job_ended = later(record.job_ended, previous.ended);
+}
+
+/// The job times a metrics file carries from run to run.
+#[derive(Debug, Default, PartialEq)]
+struct Carried {
+    started: Option<SystemTime>,
+    previous_start: Option<SystemTime>,
+    succeeded: Option<SystemTime>,
+    ended: Option<SystemTime>,
+}
+
 /// The later of two optional times.
 fn later(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
     match (a, b) {
@@ -213,10 +256,10 @@ fn later(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
     }
 }
 
-/// The carried-over times in the file at `path` for `key` (`job_started`, `job_succeeded`),
-/// if it is lockrun's file of the same key. At most 64 KiB are read (lockrun's file is ~2 KiB),
-/// and the open does not block (`O_NONBLOCK`) should something else be swapped in.
-fn previous_times(path: &Path, key: &str) -> (Option<SystemTime>, Option<SystemTime>) {
+/// The carried-over times in the file at `path` for `key`, if it is lockrun's file of the same
+/// key. At most 64 KiB are read (lockrun's file is ~3 KiB), and the open does not block
+/// (`O_NONBLOCK`) should something else be swapped in.
+fn previous_times(path: &Path, key: &str) -> Carried {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt;
     let mut text = String::new();
@@ -231,7 +274,7 @@ fn previous_times(path: &Path, key: &str) -> (Option<SystemTime>, Option<SystemT
             f.take(64 * 1024).read_to_string(&mut text)
         });
     if read.is_err() {
-        return (None, None);
+        return Carried::default();
     }
     let labels = format!("{{key=\"{}\"}} ", escape_label_value(key));
     let value = |name: &str| {
@@ -240,7 +283,12 @@ fn previous_times(path: &Path, key: &str) -> (Option<SystemTime>, Option<SystemT
         let secs: f64 = line[prefix.len()..].trim().parse().ok()?;
         (secs.is_finite() && secs > 0.0).then(|| UNIX_EPOCH + Duration::from_secs_f64(secs))
     };
-    (value(JOB_STARTED), value(JOB_SUCCEEDED))
+    Carried {
+        started: value(JOB_STARTED),
+        previous_start: value(JOB_PREVIOUS_START),
+        succeeded: value(JOB_SUCCEEDED),
+        ended: value(JOB_ENDED),
+    }
 }
 
 /// A temporary file beside `path` (same directory, hence same file system, so `rename` is
@@ -288,15 +336,18 @@ type Gauge = (&'static str, &'static str, fn(&RunRecord) -> String);
 
 /// The carried-over families: names shared by [`render`] and [`previous_times`].
 const JOB_STARTED: &str = "lockrun_job_last_start_timestamp_seconds";
+const JOB_PREVIOUS_START: &str = "lockrun_job_previous_start_timestamp_seconds";
 const JOB_SUCCEEDED: &str = "lockrun_job_last_success_timestamp_seconds";
+const JOB_ENDED: &str = "lockrun_job_last_end_timestamp_seconds";
 
 /// Families written only when their value is known: name, help text, value.
 type Optional = (&'static str, &'static str, fn(&RunRecord) -> Option<String>);
 
 /// After [`GAUGES`], in this order. With these an alert can judge any schedule: how often the
-/// job should start, and when it last started and last succeeded anywhere (the newest value
-/// across hosts; see packaging/prometheus/lockrun.rules.yml).
-const SCHEDULE: [Optional; 3] = [
+/// job should start, when it last started, succeeded and ended anywhere (the newest value
+/// across hosts), and whether its last start came after a pause (see
+/// packaging/prometheus/lockrun.rules.yml).
+const SCHEDULE: [Optional; 5] = [
     (
         "lockrun_schedule_period_seconds",
         "The job's schedule period (--every): how often it is started on every host.",
@@ -308,9 +359,19 @@ const SCHEDULE: [Optional; 3] = [
         |r| r.job_started.map(timestamp),
     ),
     (
+        JOB_PREVIOUS_START,
+        "Unix time the job started before its last start, as this host knows it.",
+        |r| r.job_previous_start.map(timestamp),
+    ),
+    (
         JOB_SUCCEEDED,
         "Unix time a run of the job on this host last ended with exit code 0.",
         |r| r.job_succeeded.map(timestamp),
+    ),
+    (
+        JOB_ENDED,
+        "Unix time a run of the job on this host last ended, whatever its exit code.",
+        |r| r.job_ended.map(timestamp),
     ),
 ];
 
@@ -434,7 +495,10 @@ mod tests {
             lost: false,
             every: None,
             job_started: None,
+            job_previous_start: None,
             job_succeeded: None,
+            job_ended: None,
+            started_command: false,
             start,
             end: start + Duration::from_millis(3750),
             started: Instant::now(),
@@ -607,6 +671,76 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
     }
 
     #[test]
+    fn finish_records_an_end_only_for_a_run_that_started_the_command() {
+        // Failed, lost, stopped by a signal: each ended the job's run.
+        for (code, lost, interrupted) in [
+            (ExitCode::Command(0), false, false),
+            (ExitCode::Command(1), false, false),
+            (ExitCode::LockLost, true, false),
+            (ExitCode::Signaled(15), false, true),
+        ] {
+            let mut r = RunRecord::begin("k");
+            r.command_started();
+            r.lost = lost;
+            r.finish(code, interrupted);
+            assert_eq!(r.job_ended, Some(r.end), "{code:?}");
+            assert!(r.job_started.unwrap() <= r.end);
+        }
+        // A skip (it saw the holder's start), a stop while waiting, a command not found.
+        for code in [
+            ExitCode::Conflict(75),
+            ExitCode::Aborted(15),
+            ExitCode::NotFound,
+        ] {
+            let mut r = RunRecord::begin("k");
+            r.job_started = Some(UNIX_EPOCH + Duration::from_secs(1_000));
+            r.finish(code, code == ExitCode::Aborted(15));
+            assert_eq!(r.job_ended, None, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn the_previous_start_moves_only_with_a_later_start() {
+        let at = |s: u64| Some(UNIX_EPOCH + Duration::from_secs(s));
+        let file = |started, previous_start| Carried {
+            started,
+            previous_start,
+            succeeded: at(5),
+            ended: at(6),
+        };
+        let carried = |job_started, previous: Carried| {
+            let mut r = record("k");
+            r.job_started = job_started;
+            carry_over(&mut r, previous);
+            (
+                r.job_started,
+                r.job_previous_start,
+                r.job_succeeded,
+                r.job_ended,
+            )
+        };
+        // A later start: the file's start becomes the previous one.
+        assert_eq!(
+            carried(at(200), file(at(100), at(40))),
+            (at(200), at(100), at(5), at(6))
+        );
+        // The same start seen again (a second skip during one run), none seen, or an older
+        // one: nothing moves.
+        for seen in [at(100), None, at(50)] {
+            assert_eq!(
+                carried(seen, file(at(100), at(40))),
+                (at(100), at(40), at(5), at(6)),
+                "{seen:?}"
+            );
+        }
+        // The first start this file hears of: none before it.
+        assert_eq!(
+            carried(at(100), Carried::default()),
+            (at(100), None, None, None)
+        );
+    }
+
+    #[test]
     fn the_job_times_carry_over_from_the_previous_file_of_the_same_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("job.prom");
@@ -615,24 +749,35 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
         let mut ran = record("we\"ird");
         ran.job_started = Some(at(1_000));
         ran.job_succeeded = Some(at(1_010));
+        ran.job_ended = Some(at(1_010));
         write(&path, &ran);
         // A skip that saw no holder keeps both; one that saw a newer holder moves the start.
         let skipped = record("we\"ird");
         write(&path, &skipped);
-        let (started, succeeded) = previous_times(&path, "we\"ird");
+        let c = previous_times(&path, "we\"ird");
         assert_eq!(
-            (secs(started), secs(succeeded)),
-            (secs(Some(at(1_000))), secs(Some(at(1_010))))
+            (secs(c.started), secs(c.succeeded), secs(c.ended)),
+            (
+                secs(Some(at(1_000))),
+                secs(Some(at(1_010))),
+                secs(Some(at(1_010)))
+            )
         );
+        assert_eq!(c.previous_start, None);
         let mut saw = record("we\"ird");
         saw.job_started = Some(at(2_000));
         write(&path, &saw);
-        let (started, succeeded) = previous_times(&path, "we\"ird");
-        assert_eq!(secs(started), secs(Some(at(2_000))));
-        assert_eq!(secs(succeeded), secs(Some(at(1_010))));
+        let c = previous_times(&path, "we\"ird");
+        assert_eq!(secs(c.started), secs(Some(at(2_000))));
+        assert_eq!(secs(c.previous_start), secs(Some(at(1_000))));
+        assert_eq!(secs(c.succeeded), secs(Some(at(1_010))));
+        assert_eq!(secs(c.ended), secs(Some(at(1_010))));
         // Another key's file, or no file, carries nothing.
-        assert_eq!(previous_times(&path, "other"), (None, None));
-        assert_eq!(previous_times(&dir.path().join("none"), "k"), (None, None));
+        assert_eq!(previous_times(&path, "other"), Carried::default());
+        assert_eq!(
+            previous_times(&dir.path().join("none"), "k"),
+            Carried::default()
+        );
     }
 
     #[test]

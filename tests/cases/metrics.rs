@@ -104,11 +104,13 @@ impl Metrics {
     /// negative durations, and the exit code lockrun really exited with.
     fn assert_sane(&self, status: Option<i32>, before: f64, after: f64) {
         // The nine of every run, and the ones written only when known (--every, and when the
-        // job last started / succeeded).
+        // job last started / started before that / succeeded / ended).
         let optional = [
             "lockrun_schedule_period_seconds",
             "lockrun_job_last_start_timestamp_seconds",
+            "lockrun_job_previous_start_timestamp_seconds",
             "lockrun_job_last_success_timestamp_seconds",
+            "lockrun_job_last_end_timestamp_seconds",
         ];
         let always = self
             .families
@@ -561,6 +563,60 @@ fn metrics_a_skip_knows_the_holders_start_and_keeps_the_last_success() {
         succeeded
     );
     assert!(ma.get("lockrun_job_last_start_timestamp_seconds") >= started - 1.0);
+}
+
+/// A host's file says when a run of the job there last ended, success or not, and the start
+/// before the last one: with them the fleet-wide alert tells the first run after a pause, still
+/// going, from a job that does not succeed (packaging/prometheus/lockrun.rules.yml).
+#[test]
+fn metrics_the_last_end_and_the_previous_start_follow_the_runs() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.prom"), dir.path().join("b.prom"));
+    // One host's cron line: the job exits `exit`; lockrun's exit code, the file.
+    let tick = |file: &Path, exit: u8| {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["-q", "-E", "0", "--every", "3s", "--metrics-file"])
+            .arg(file)
+            .args(["resumed", "--", "sh", "-c", &format!("exit {exit}")]);
+        let code = run(cmd).status.code();
+        (code, Metrics::parse(file, "resumed"))
+    };
+    let has = |m: &Metrics, family: &str| m.families.contains_key(family);
+    let started = "lockrun_job_last_start_timestamp_seconds";
+    let previous = "lockrun_job_previous_start_timestamp_seconds";
+    let succeeded = "lockrun_job_last_success_timestamp_seconds";
+    let ended = "lockrun_job_last_end_timestamp_seconds";
+
+    // Host a runs the job, which fails: an end, no success, no start known before this one.
+    let (code, ma) = tick(&a, 3);
+    assert_eq!(code, Some(3));
+    ma.assert_outcome("ran");
+    let first = ma.get(started);
+    assert!(first <= ma.get(ended) && ma.get(ended) <= now());
+    assert!(!has(&ma, succeeded) && !has(&ma, previous));
+    // Host b skips: it saw the start (to the second); it ended nothing.
+    let (code, mb) = tick(&b, 0);
+    assert_eq!(code, Some(0));
+    mb.assert_outcome("skipped");
+    assert!((mb.get(started) - first).abs() < 1.0);
+    assert!(!has(&mb, ended) && !has(&mb, previous));
+
+    // The next tick, once the 2.7 s hold is over: a succeeds; both know the start before.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (code, ma) = tick(&a, 0);
+    assert_eq!(code, Some(0));
+    ma.assert_outcome("ran");
+    let second = ma.get(started);
+    assert!(second > first + 2.5, "{first} then {second}");
+    assert_eq!(ma.get(previous), first);
+    assert_eq!(ma.get(ended), ma.get(succeeded));
+    let (code, mb) = tick(&b, 0);
+    assert_eq!(code, Some(0));
+    mb.assert_outcome("skipped");
+    assert!((mb.get(started) - second).abs() < 1.0);
+    assert!((mb.get(previous) - first).abs() < 1.0);
+    assert!(!has(&mb, ended));
 }
 
 /// `release --force` during a 1.5 s job (TTL 30 s, so no renewal notices): the history said

@@ -18,6 +18,7 @@ mod ha_redlock_cut;
 mod ha_replicas;
 mod ha_sentinel;
 mod harness_topologies;
+mod journal;
 mod metrics;
 mod network_faults;
 mod odd_replies;

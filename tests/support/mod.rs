@@ -123,7 +123,24 @@ pub fn free_port() -> u16 {
 
 /// Where [`port_where`] takes ports from: below the kernel's ephemeral range (32768 and up
 /// here), so no client connection's source port can sit on a server's port either.
+/// `LOCKRUN_TEST_PORTS=<first>-<last>` narrows it, for suites that share a machine with
+/// others that have their own ranges.
 const PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// [`PORTS`], or the range `LOCKRUN_TEST_PORTS` says; a malformed value fails the test.
+fn port_range() -> std::ops::Range<u16> {
+    let Some(v) = std::env::var_os("LOCKRUN_TEST_PORTS") else {
+        return PORTS;
+    };
+    let v = v.to_string_lossy();
+    let range = v.split_once('-').and_then(|(a, b)| {
+        Some(a.trim().parse::<u16>().ok()?..b.trim().parse::<u16>().ok()?.checked_add(1)?)
+    });
+    match range {
+        Some(r) if !r.is_empty() => r,
+        _ => panic!("LOCKRUN_TEST_PORTS={v}: want <first>-<last>, e.g. 25000-25999"),
+    }
+}
 
 /// A free loopback port that also satisfies `also` (e.g. "port + 10000 is free too"), never
 /// the same one twice in one test process. Ports are not recycled because a topology test
@@ -136,12 +153,13 @@ const PORTS: std::ops::Range<u16> = 20000..32000;
 pub fn port_where(also: impl Fn(u16) -> bool) -> u16 {
     static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
     let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
-    let span = PORTS.end - PORTS.start;
-    let mut port = next.unwrap_or(PORTS.start + (std::process::id() % u32::from(span)) as u16);
+    let ports = port_range();
+    let span = ports.end - ports.start;
+    let mut port = next.unwrap_or(ports.start + (std::process::id() % u32::from(span)) as u16);
     for _ in 0..span {
         let candidate = port;
-        port = if port + 1 >= PORTS.end {
-            PORTS.start
+        port = if port + 1 >= ports.end {
+            ports.start
         } else {
             port + 1
         };
@@ -150,7 +168,7 @@ pub fn port_where(also: impl Fn(u16) -> bool) -> u16 {
             return candidate;
         }
     }
-    panic!("no free loopback port in {PORTS:?}")
+    panic!("no free loopback port in {ports:?}")
 }
 
 /// Runs to completion (bounded by PATIENCE, then killed and failed) and captures output.
