@@ -20,6 +20,7 @@ mod metrics;
 mod network_faults;
 mod odd_usage;
 mod operators;
+mod pid_namespaces;
 mod platform_stops;
 mod redlock;
 mod replication;
