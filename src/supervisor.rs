@@ -131,6 +131,14 @@ pub struct Job {
     kill_after: Duration,
     /// A stop of the command without a terminal was said (once).
     stop_said: bool,
+    /// As PID 1 or a subreaper: lockrun still had children at its last reaping, the kernel's
+    /// answer to `waitpid(-1, WNOHANG)` (0 while unwaited children exist, ECHILD once none).
+    children: bool,
+    /// Whether /proc is this PID namespace's own ([`proc_is_ours`]), asked once, when the
+    /// job's leftovers first need it.
+    proc_ours: std::cell::OnceCell<bool>,
+    /// That adopted processes cannot be signalled was said (once).
+    unreachable_said: std::cell::Cell<bool>,
 }
 
 /// Makes this process a child subreaper: orphaned descendants are re-parented to us instead of
@@ -248,6 +256,9 @@ impl Job {
             status: None,
             kill_after: opts.kill_after,
             stop_said: false,
+            children: true,
+            proc_ours: std::cell::OnceCell::new(),
+            unreachable_said: std::cell::Cell::new(false),
         })
     }
 
@@ -299,7 +310,16 @@ impl Job {
         let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
         loop {
             match waitpid(target, Some(flags)) {
-                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                // For `waitpid(-1)`: children remain, or none does; either way nothing more to
+                // collect now. (Only read as PID 1 or a subreaper.)
+                Ok(WaitStatus::StillAlive) => {
+                    self.children = true;
+                    return;
+                }
+                Err(Errno::ECHILD) => {
+                    self.children = false;
+                    return;
+                }
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
                     warn!(error = %e, "waitpid failed");
@@ -365,27 +385,89 @@ impl Job {
         if self.status.is_none() {
             return true;
         }
-        (self.group && group_has_live_member(self.pid.as_raw()))
-            || (self.reap_all && !adopted().is_empty())
+        // As PID 1 or a subreaper every process of the job descends from lockrun (an orphan
+        // comes to lockrun, not to init), so while one lives lockrun has a child; reap() has
+        // just asked the kernel, and collected every zombie. No /proc needed.
+        if self.reap_all && self.children {
+            return true;
+        }
+        self.group && group_has_live_member(self.pid.as_raw(), || self.proc_ours())
+    }
+
+    /// Whether the end of the job is sure to be told by a SIGCHLD: as PID 1 or a subreaper,
+    /// while lockrun has children (the last process of the job to end is a child of lockrun's,
+    /// as every other one descends from it). Otherwise the rest of the group is looked at
+    /// every [`GROUP_POLL`].
+    fn ends_with_sigchld(&self) -> bool {
+        self.reap_all && self.children
+    }
+
+    fn proc_ours(&self) -> bool {
+        *self.proc_ours.get_or_init(proc_is_ours)
+    }
+
+    /// PID 1 of a PID namespace whose /proc does not list it (absent, empty, the host's): then
+    /// `kill(-1)` is the way to reach the processes lockrun adopted. It reaches every process
+    /// of the namespace but lockrun, and each of them is the job's: lockrun started them all.
+    /// Never elsewhere: for a subreaper that is not PID 1, kill(-1) is every process of the
+    /// user's.
+    fn reaches_all_by_kill_minus_1(&self) -> bool {
+        self.reap_all && !self.proc_ours() && std::process::id() == 1
     }
 
     /// Once the command has exited: `sig` to what is left of the job, its group and (as PID 1
     /// or a subreaper) every adopted process still alive.
     fn signal_leftovers(&self, sig: i32) {
+        if self.reaches_all_by_kill_minus_1() {
+            // SAFETY: plain kill(2); it reaches the group too, which must not get `sig` twice.
+            let rc = unsafe { libc::kill(-1, sig) };
+            if rc != 0 {
+                debug!(signal = %signals::name(sig), error = %io::Error::last_os_error(), "signal not delivered");
+            }
+            return;
+        }
         self.signal(sig);
         self.signal_adopted(sig);
     }
 
-    /// `sig` to every adopted process still alive (as PID 1 or a subreaper).
+    /// `sig` to every adopted process still alive (as PID 1 or a subreaper), and not to the
+    /// group.
     fn signal_adopted(&self, sig: i32) {
-        if self.reap_all {
-            for pid in adopted() {
+        if !self.reap_all {
+            return;
+        }
+        if self.proc_ours() {
+            // Members of the group among them have had `sig` with it.
+            let group = self.group.then_some(self.pid.as_raw());
+            for pid in adopted(group) {
                 // SAFETY: plain kill(2) of a child of ours (it cannot be reaped and its pid
                 // reused before we wait for it); ESRCH if it just ended.
                 unsafe { libc::kill(pid, sig) };
             }
+        } else if self.reaches_all_by_kill_minus_1() {
+            // kill(-1) cannot leave the group out, and the group has had this signal: adopted
+            // processes get none of their own, and SIGKILL after --kill-after.
+            debug!(signal = %signals::name(sig), "no /proc of this PID namespace: adopted processes cannot be signalled apart from the group");
+        } else if self.children && !self.unreachable_said.replace(true) {
+            warn!("/proc is not this PID namespace's own: the processes lockrun adopted cannot be listed, nor signalled; the lock is held until they end");
         }
     }
+}
+
+/// Whether /proc is this PID namespace's own: /proc/self names this process by its pid here.
+/// The /proc of another namespace (the host's, in a namespace that did not mount its own)
+/// names it by another pid, or not at all; an empty or absent /proc has no /proc/self.
+fn proc_is_ours() -> bool {
+    let link = std::fs::read_link("/proc/self");
+    let ours = link
+        .as_ref()
+        .ok()
+        .and_then(|l| l.to_str()?.parse::<u32>().ok())
+        == Some(std::process::id());
+    if !ours {
+        debug!(proc_self = ?link, "/proc is not this PID namespace's own: the job's liveness is the kernel's answer alone");
+    }
+    ours
 }
 
 /// What the supervisor reads of a process in `/proc/<pid>/stat`.
@@ -431,27 +513,33 @@ fn processes() -> Option<impl Iterator<Item = ProcStat>> {
     }))
 }
 
-/// lockrun's live children other than zombies: after the command has exited, the processes
-/// it left that were re-parented to lockrun (PID 1, or a subreaper).
-fn adopted() -> Vec<i32> {
+/// lockrun's live children other than zombies and members of `group`, from /proc (this
+/// namespace's own): after the command has exited, the processes it left that were re-parented
+/// to lockrun (PID 1, or a subreaper) and that a signal to the group does not reach.
+fn adopted(group: Option<i32>) -> Vec<i32> {
     let me = std::process::id() as i32;
     let Some(all) = processes() else {
         return Vec::new();
     };
-    all.filter(|p| p.ppid == me && p.live())
+    all.filter(|p| p.ppid == me && p.live() && Some(p.pgrp) != group)
         .map(|p| p.pid)
         .collect()
 }
 
 /// True while the process group has a member that is not a zombie. kill(-pgid, 0) answers
 /// "any member at all", but a zombie whose parent never reaps it (a container whose PID 1 does
-/// not reap) would then hold the lock forever; /proc tells the two apart.
-fn group_has_live_member(pgid: i32) -> bool {
+/// not reap) would then hold the lock forever; /proc tells the two apart, when it is this PID
+/// namespace's own (`proc_ours`, asked only when kill(2) finds a member). Any other /proc
+/// numbers its processes differently, and an empty one lists none: then a group kill(2) still
+/// reaches is taken to be alive.
+fn group_has_live_member(pgid: i32, proc_ours: impl FnOnce() -> bool) -> bool {
     // SAFETY: signal 0 only checks for existence and permission.
     if unsafe { libc::kill(-pgid, 0) } != 0 && Errno::last() == Errno::ESRCH {
         return false;
     }
-    // Without /proc, a group kill(2) still reaches is taken to be alive.
+    if !proc_ours() {
+        return true;
+    }
     let Some(mut all) = processes() else {
         return true;
     };
@@ -636,7 +724,7 @@ pub async fn supervise<F: Future<Output = Lost>>(
         }
         // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
         // group whose members are not our children (no SIGCHLD tells us they are gone).
-        let polling = job.status.is_some() || state.term_sent;
+        let polling = (job.status.is_some() || state.term_sent) && !job.ends_with_sigchld();
         let next = [
             deadline
                 .filter(|_| terminate && !state.losing())
@@ -722,7 +810,8 @@ mod tests {
             .expect("this process is listed");
         assert!(mine.live());
         assert_eq!(mine.pgrp, nix::unistd::getpgrp().as_raw());
-        assert!(group_has_live_member(mine.pgrp));
+        assert!(group_has_live_member(mine.pgrp, proc_is_ours));
+        assert!(proc_is_ours(), "the tests' /proc is their namespace's own");
     }
 
     #[test]

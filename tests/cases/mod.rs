@@ -24,6 +24,7 @@ mod network_faults;
 mod odd_replies;
 mod odd_usage;
 mod operators;
+mod pid_namespaces;
 mod platform_stops;
 mod redlock;
 mod replication;
