@@ -29,10 +29,11 @@ source tests/ensure-netns.sh
 # The second pass of `both` leaves out the tests whose subject is another program or a
 # topology's timing rather than the server's protocol: real cron (minutes of wall time), the
 # platforms' stop sequences, promtool/node_exporter, the CI examples' validators, the
-# network-partition suite (ha_), and the tests that talk to a fake server alone (no server of
+# network-partition suite (ha_), lockrun in PID namespaces and its log lines to the journal
+# (process and output handling), and the tests that talk to a fake server alone (no server of
 # either kind is asked anything there).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::pid_namespaces:: --skip cases::journal:: --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"
