@@ -131,8 +131,8 @@ struct HeldJob<'a> {
     hold: Duration,
     /// `--on-lost terminate`.
     terminate: bool,
-    /// The loss grace, when TTL/3 cuts `--kill-after` short: said once, when a job is about to
-    /// start (a skipped cron tick stays one line).
+    /// The loss grace, when the TTL cuts `--kill-after` short (`watchdog::loss_grace`): said
+    /// once, when a job is about to start (a skipped cron tick stays one line).
     clamped_grace: Cell<Option<Duration>>,
 }
 
@@ -149,7 +149,7 @@ impl HeldJob<'_> {
         let kill_after = self.opts.kill_after;
         if let Some(grace) = self.clamped_grace.take() {
             info!(kill_after = %Human(kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
-                  "--kill-after is longer than TTL/3: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
+                  "--kill-after is longer than this TTL allows: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
         }
         let env = [
             ("LOCKRUN_KEY", spec.key.clone()),

@@ -20,6 +20,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod clock_rate;
 pub mod duration;
 pub mod exit_codes;
 pub mod lock;

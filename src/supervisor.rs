@@ -776,6 +776,8 @@ pub async fn supervise<F: Future<Output = Lost>>(
                 }
             }
             () = async { tokio::time::sleep_until(next.unwrap()).await }, if next.is_some() => {}
+            // Our clock was measured slow: the moments above are earlier now.
+            () = async { deadline.unwrap().moved_earlier().await }, if deadline.is_some() => {}
         }
     }
     job.take_terminal_back();

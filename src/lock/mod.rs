@@ -19,6 +19,7 @@ pub mod redlock;
 pub mod scripts;
 pub mod url;
 
+pub use crate::clock_rate::Reading;
 pub use failure::LockError;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -157,6 +158,9 @@ pub struct Lease {
     /// When the acquire reply arrived: the lease cannot have started later than this, so
     /// `--min-hold` counted from here keeps the key at least that long.
     pub confirmed_at: Instant,
+    /// The server's clock as the acquire read it (one per Redlock master that granted it), for
+    /// the watchdog's measure of our clock's rate ([`crate::clock_rate`]).
+    pub readings: Vec<Reading>,
 }
 
 impl Lease {
@@ -170,6 +174,7 @@ impl Lease {
             fence: 0,
             sent_at: now,
             confirmed_at: now,
+            readings: Vec::new(),
         }
     }
 }
@@ -190,7 +195,8 @@ pub enum Acquire {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Renew {
-    Renewed,
+    /// With the server's clock as the renewal read it (one per Redlock master that confirmed).
+    Renewed(Vec<Reading>),
     /// The key is gone or names another holder: the lock is lost, now.
     NotOwner,
 }

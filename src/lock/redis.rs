@@ -8,7 +8,9 @@ use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
 use super::scripts::{self, Script};
 use super::url::{Credentials, Secrets, TlsFiles};
-use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
+use super::{
+    Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Reading, Release, Renew,
+};
 use redis::Value;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -715,6 +717,21 @@ impl RedisLock {
     }
 }
 
+/// The server's clock (`TIME` in µs, as a script returned it) read between `sent` and
+/// `received`: one reading of clock 0 (Redlock renumbers its masters' readings).
+fn reading(us: i64, sent: Instant, received: Instant) -> Vec<Reading> {
+    u64::try_from(us)
+        .ok()
+        .map(|server_us| Reading {
+            source: 0,
+            server_us,
+            sent,
+            received,
+        })
+        .into_iter()
+        .collect()
+}
+
 /// Behind Sentinel, which primary a script must go to (elsewhere all alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
@@ -833,6 +850,7 @@ impl LockService for RedisLock {
             fence: 0,
             sent_at,
             confirmed_at,
+            readings: Vec::new(),
         };
         let decoded = match self.acquired(spec, lease, reply) {
             Ok(decoded) => decoded,
@@ -879,6 +897,7 @@ impl LockService for RedisLock {
         } else {
             &scripts::RENEW
         };
+        let sent = Instant::now();
         let (reply, acked) = self
             // Behind Sentinel on the primary a majority names now, and only then (see
             // `Route::Named`): the token check then runs there, and a key that a failover lost
@@ -891,11 +910,12 @@ impl LockService for RedisLock {
                 Route::Named,
             )
             .await?;
+        let received = Instant::now();
         match reply {
-            // Not acknowledged: the deadline stays where the last acknowledged write put it
-            // (the watchdog retries until then).
-            Value::Int(1) => acked.map(|()| Renew::Renewed),
             Value::Int(0) => Ok(Renew::NotOwner),
+            // Renewed: the server's clock. Not acknowledged: the deadline stays where the last
+            // acknowledged write put it (the watchdog retries until then).
+            Value::Int(us) if us > 0 => acked.map(|()| Renew::Renewed(reading(us, sent, received))),
             other => Err(self.unexpected(&other)),
         }
     }
@@ -986,6 +1006,10 @@ impl RedisLock {
         Ok(match (items.first(), items.get(1)) {
             (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
                 fence: *fence as u64,
+                readings: match items.get(2) {
+                    Some(Value::Int(us)) => reading(*us, lease.sent_at, lease.confirmed_at),
+                    _ => Vec::new(),
+                },
                 ..lease
             })),
             (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {

@@ -17,7 +17,9 @@
 
 use super::failure::{At, Cause, Kind, NoMajority};
 use super::redis::RedisLock;
-use super::{Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release, Renew};
+use super::{
+    Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Reading, Release, Renew,
+};
 use futures_util::future::join_all;
 use std::future::Future;
 use std::time::Duration;
@@ -242,6 +244,15 @@ impl Redlock {
     }
 }
 
+/// Each master's readings of its clock (by position, in order), as readings of clock <position>:
+/// the masters' clocks are independent, and each is compared only with itself.
+fn renumbered<'a>(per_node: impl Iterator<Item = &'a [Reading]>) -> Vec<Reading> {
+    per_node
+        .enumerate()
+        .flat_map(|(i, readings)| readings.iter().map(move |r| Reading { source: i, ..*r }))
+        .collect()
+}
+
 impl LockService for Redlock {
     /// No wake-up hints: a hint from one node means nothing for the majority.
     async fn subscribe_wakeups(&mut self, _: &LockSpec) -> Result<(), LockError> {
@@ -264,6 +275,10 @@ impl LockService for Redlock {
             .iter()
             .map(|r| matches!(r, Ok(Acquire::Held { .. })))
             .collect();
+        let readings = renumbered(replies.iter().map(|r| match r {
+            Ok(Acquire::Acquired(lease)) => lease.readings.as_slice(),
+            _ => &[],
+        }));
         let mut t = Self::tally(replies);
         let mut fences = Vec::new();
         let mut held = None;
@@ -296,6 +311,7 @@ impl LockService for Redlock {
                     fence,
                     sent_at,
                     confirmed_at,
+                    readings,
                 }));
             }
         }
@@ -347,12 +363,19 @@ impl LockService for Redlock {
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let replies = all!(self, n => n.renew(spec, lease));
+        let readings = renumbered(replies.iter().map(|r| match r {
+            Ok(Renew::Renewed(readings)) => readings.as_slice(),
+            _ => &[],
+        }));
         let t = Self::tally(replies);
-        let renewed = t.ok.iter().filter(|r| **r == Renew::Renewed).count();
+        let renewed =
+            t.ok.iter()
+                .filter(|r| matches!(r, Renew::Renewed(_)))
+                .count();
         let not_owner = t.ok.len() - renewed;
         if renewed >= self.quorum() {
             self.warn_once(&t.failed);
-            return Ok(Renew::Renewed);
+            return Ok(Renew::Renewed(readings));
         }
         // More "not owner" answers than nodes that may fail: no majority can have it any more.
         if not_owner > self.nodes.len() - self.quorum() {

@@ -15,11 +15,15 @@
 //! round trip or a few (the questions of several checks go in one pipeline; the latency samples
 //! stop at the request timeout), so a server that answers slowly still gets every finding in a
 //! bounded time, each printed as soon as it is known (`--json`: one document at the end). The
-//! verdicts are in `checks`.
+//! clock's rate needs time rather than round trips: its second reading of the server's clock
+//! comes 1 s after the first (up to 3 s for slower round trips; none when even that would not
+//! tell 1 %), so doctor takes about a second per server. The verdicts are in `checks`.
 
 mod checks;
 
 use super::print_json;
+use crate::clock_rate::Rate;
+use crate::duration::Human;
 use crate::exit_codes::ExitCode;
 use crate::lock::keys::{helper_key, wake_channel};
 use crate::lock::probe::Probe;
@@ -460,6 +464,7 @@ async fn server_checks(
         Ok(measured) => measured,
         Err(e) => (Err(e.to_string()), Err(e.to_string())),
     };
+    let first = clock.as_deref().ok().and_then(checks::fastest).copied();
     out.add(
         section,
         checks::latency(latency.as_deref().map_err(String::as_str)),
@@ -485,7 +490,70 @@ async fn server_checks(
         )],
     };
     out.add_all(section, lock);
+    let rate = match first {
+        Some(first) => clock_rate(node, at, &first).await,
+        None => Err(clock.err().unwrap_or_else(|| "no TIME answer".into())),
+    };
+    out.add(
+        section,
+        checks::clock_rate(rate.as_ref().copied().map_err(String::as_str)),
+        None,
+    );
     Ok(())
+}
+
+/// Our clock's rate against the server's: `first`, the fastest of the clock check's readings,
+/// and the fastest of a few more once the window has passed since it ([`checks::rate_window`];
+/// the checks in between count towards it).
+async fn clock_rate(
+    node: &mut RedisLock,
+    at: Option<(&str, u16)>,
+    first: &ClockSample,
+) -> Result<Rate, String> {
+    let Some(window) = checks::rate_window(first.rtt) else {
+        return Err(format!(
+            "the fastest TIME round trip took {}: too slow to measure the rate to 1 % within {:?}",
+            Human(first.rtt),
+            checks::RATE_WINDOW_MAX
+        ));
+    };
+    tokio::time::sleep_until(first.sent + window).await;
+    let mut later: Option<ClockSample> = None;
+    for _ in 0..3 {
+        let sent = tokio::time::Instant::now();
+        let reply = ask(node, at, &["TIME"])
+            .await
+            .map_err(|e| e.to_string())??;
+        let rtt = sent.elapsed();
+        let Some(server_us) = time_us(&reply) else {
+            return Err("TIME: unexpected reply".into());
+        };
+        if later.is_none_or(|l| rtt < l.rtt) {
+            later = Some(ClockSample {
+                sent_us: 0,
+                sent,
+                rtt,
+                server_us,
+            });
+        }
+    }
+    let (Some(a), Some(b)) = (first.reading(), later.and_then(|l| l.reading())) else {
+        return Err("TIME: unexpected reply".into());
+    };
+    Rate::between(&a, &b)
+        .ok_or_else(|| "the server's clock went back between two TIME replies".into())
+}
+
+/// A `TIME` reply ([seconds, microseconds]) in microseconds.
+fn time_us(reply: &Value) -> Option<i64> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let num = |v: &Value| text(v).and_then(|t| t.parse::<i64>().ok());
+    match parts.as_slice() {
+        [secs, us] => Some(num(secs)? * 1_000_000 + num(us)?),
+        _ => None,
+    }
 }
 
 /// Whether the server offers WAIT and WAITAOF: `COMMAND INFO`'s reply, or else by version.
@@ -531,32 +599,28 @@ async fn round_trips(
     let mut clock_why = None;
     while more(&rtts) {
         let sent = SystemTime::now();
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         let reply = ask(node, at, &["TIME"]).await?;
         let rtt = started.elapsed();
-        match reply {
-            Ok(Value::Array(parts)) if parts.len() == 2 => {
-                let num = |v: &Value| text(v).and_then(|t| t.parse::<i64>().ok());
-                let (Some(secs), Some(us)) = (num(&parts[0]), num(&parts[1])) else {
-                    clock_why = Some("TIME: unexpected reply".to_string());
-                    break;
-                };
+        match reply.as_ref().map(time_us) {
+            Ok(Some(server_us)) => {
                 let sent_us = sent
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_micros() as i64);
                 rtts.push(rtt);
                 clock.push(ClockSample {
                     sent_us,
+                    sent: started,
                     rtt,
-                    server_us: secs * 1_000_000 + us,
+                    server_us,
                 });
             }
-            Ok(_) => {
+            Ok(None) => {
                 clock_why = Some("TIME: unexpected reply".to_string());
                 break;
             }
-            Err(why) => {
-                clock_why = Some(why);
+            Err(_) => {
+                clock_why = reply.err();
                 break;
             }
         }

@@ -502,3 +502,22 @@ fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
     assert!(first + SLOW_REPLY * 3 < last, "{shown}");
     eprintln!("doctor on a server answering after {SLOW_REPLY:?}: {took:?} ({shown})");
 }
+
+/// The clock's rate: doctor reads the server's clock twice, about a second apart, against the
+/// local monotonic clock. Here both run at the machine's rate; under libfaketime at 0.9 of it
+/// (a clock 10 % slow, which would end the job's leases late by lockrun's reckoning), a
+/// warning that names the rate.
+#[test]
+fn doctor_measures_the_clocks_rate_against_the_servers() {
+    let redis = Server::start();
+    let out = doctor(&redis, &[]);
+    let rate = line(&out, "clock-rate", "ok");
+    assert!(rate.contains("1.00"), "{rate}");
+    let mut cmd = Lockrun::bare();
+    crate::support::clockshim::slowed(&mut cmd, "0.9");
+    cmd.arg("doctor").arg("-r").arg(redis.url());
+    let out = run(cmd);
+    let rate = line(&out, "clock-rate", "warn");
+    assert!(rate.contains("0.90"), "{rate}");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout_of(&out));
+}

@@ -10,6 +10,7 @@
 //! checks are built to err only towards failing: each moment is taken at its latest for the
 //! job and at its earliest for the lease's end.
 
+use crate::support::clockshim;
 use crate::support::proxy::{Fault, Proxy};
 use crate::support::*;
 use std::io::{ErrorKind, Read, Write};
@@ -71,7 +72,12 @@ struct Bg {
 }
 
 impl Bg {
-    fn spawn(mut cmd: Lockrun) -> Bg {
+    fn spawn(cmd: Lockrun) -> Bg {
+        Bg::spawn_for(cmd, PATIENCE)
+    }
+
+    /// Allowed `patience` to finish (a long TTL).
+    fn spawn_for(mut cmd: Lockrun, patience: Duration) -> Bg {
         let mut child: Child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -80,10 +86,10 @@ impl Bg {
         let pid = child.id();
         let lines = Lines::of(&mut child);
         let exit = thread::spawn(move || {
-            let status = wait_timeout(&mut child, PATIENCE).unwrap_or_else(|| {
+            let status = wait_timeout(&mut child, patience).unwrap_or_else(|| {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("lockrun did not finish within {PATIENCE:?}");
+                panic!("lockrun did not finish within {patience:?}");
             });
             (status, SystemTime::now())
         });
@@ -245,6 +251,11 @@ impl Held {
 /// polling interval to blur the measurement (and it only errs late, the strict direction).
 /// See `job_end` for what makes up for a late wake-up.
 fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
+    watch_exit_for(pid, PATIENCE)
+}
+
+/// [`watch_exit`] of a job that may run up to `patience`.
+fn watch_exit_for(pid: i32, patience: Duration) -> JoinHandle<SystemTime> {
     // SAFETY: pidfd_open(2) takes a pid and flags; it returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
     assert!(
@@ -258,7 +269,7 @@ fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
             events: libc::POLLIN,
             revents: 0,
         };
-        let deadline = Instant::now() + PATIENCE;
+        let deadline = Instant::now() + patience;
         let ready = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             // SAFETY: one valid pollfd, for the fd opened above.
@@ -270,7 +281,7 @@ fn watch_exit(pid: i32) -> JoinHandle<SystemTime> {
         let at = SystemTime::now();
         // SAFETY: closing the fd this thread owns.
         unsafe { libc::close(fd) };
-        assert!(ready, "job {pid} still running after {PATIENCE:?}");
+        assert!(ready, "job {pid} still running after {patience:?}");
         at
     })
 }
@@ -303,11 +314,23 @@ fn read_pid(path: &Path) -> i32 {
 /// A second lockrun straight to the server (not through the proxy), queued with `--wait`
 /// behind the current holder. Its job writes the realtime nanoseconds at which it began.
 fn queue_next_holder(redis: &Server) -> (Bg, PathBuf) {
+    queue_next_holder_for(redis, Duration::from_secs(10))
+}
+
+/// [`queue_next_holder`], waiting up to `wait` for the lock.
+fn queue_next_holder_for(redis: &Server, wait: Duration) -> (Bg, PathBuf) {
     let begin = redis.dir.path().join("next.begin");
     let mut cmd = Lockrun::on(redis);
-    cmd.args(["--wait", "10s", KEY, "--", "sh", "-c"])
-        .arg(format!("date +%s%N > '{}'", begin.display()));
-    let mut next = Bg::spawn(cmd);
+    cmd.args([
+        "--wait",
+        &format!("{}ms", wait.as_millis()),
+        KEY,
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(format!("date +%s%N > '{}'", begin.display()));
+    let mut next = Bg::spawn_for(cmd, wait + PATIENCE);
     next.lines.wait_for("redis lock already acquired; waiting");
     (next, begin)
 }
@@ -656,9 +679,10 @@ fn faults_net_partitioned_holder_stops_job_before_lease_ends() {
 /// early enough for it, not at the deadline.
 #[test]
 fn faults_net_partitioned_holder_stops_slow_job_before_lease_ends() {
-    // TTL 3 s: the margin before the lease ends (TTL/20, 150 ms) must cover a stall of this
-    // shared VM between SIGKILL being due and the job being gone; with 1 s (50 ms) a slow day
-    // here had the job outlive the server's lease by 18 ms (no overlap with the next holder).
+    // TTL 3 s: the margin before the lease ends (TTL/20 + 25 ms, 175 ms) must cover a stall of
+    // this shared VM between SIGKILL being due and the job being gone; with 1 s and the margin
+    // at TTL/20 alone (50 ms) a slow day here had the job outlive the server's lease by 18 ms
+    // (no overlap with the next holder).
     fault_while_running(
         "partition-holder-slow-job",
         "3s",
@@ -666,6 +690,110 @@ fn faults_net_partitioned_holder_stops_slow_job_before_lease_ends() {
         Fault::BlackHole,
         &[76],
     );
+}
+
+/// Scenario 3 with lockrun's clocks running at `rate` of real time (libfaketime; the monotonic
+/// clock too, and its sleeps), cut off after its first confirmed renewal (`after_renewal`) or
+/// at once, before any (then only the margin stands between the job and the lease's end: no
+/// second reading of the server's clock has shown the rate). The job ignores SIGTERM, so only
+/// the SIGKILL ends it. It must be gone before its lease ends on the server and before the
+/// next holder gets the lock; lockrun exits 76.
+/// Returns lockrun's log.
+fn slow_clock_partition(name: &str, ttl: Duration, rate: &str, after_renewal: bool) -> String {
+    let redis = Server::start_tcp();
+    let proxy = warmed(Proxy::start(upstream(&redis)));
+    let pidfile = redis.dir.path().join("job.pid");
+    let keys = KeyWatch::start(&redis);
+    let mut cmd = via(&proxy);
+    clockshim::slowed(&mut cmd, rate);
+    // -v: the renewals.
+    cmd.args([
+        "-v",
+        "-t",
+        &format!("{}ms", ttl.as_millis()),
+        KEY,
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(format!(
+        "trap '' TERM; echo $$ > '{}'; exec sleep 600",
+        pidfile.display()
+    ));
+    let patience = 3 * ttl + PATIENCE;
+    let mut first = Bg::spawn_for(cmd, patience);
+    let pid = first.pid;
+    // The pidfd alone says when the job ended: lockrun's log stamps come from its slowed
+    // clock, which reads early.
+    let gone = watch_exit_for(read_pid(&pidfile), patience);
+    if after_renewal {
+        first.lines.wait_for("redis lock renewed");
+    }
+    let (next, begin) = queue_next_holder_for(&redis, 3 * ttl);
+    let faulted = SystemTime::now();
+    proxy.set(Fault::BlackHole);
+    let (status, _, log) = first.finish();
+    let gone = gone.join().expect("pidfd watcher");
+    let next = Next::finish(next, &begin);
+    let held = held_by(&keys.stop(), pid).expect("the holder's key was seen");
+    eprintln!(
+        "scenario={name} lockrun exited {:?}; job gone {} ms after the fault, {}; {}",
+        status.code(),
+        ms(faulted, gone),
+        next.margins(gone),
+        held.vs(gone),
+    );
+    let mut c = Checks::new();
+    c.check(status.code() == Some(76), || {
+        format!("lockrun exited {:?}, expected 76", status.code())
+    });
+    next.check_after(&mut c, gone);
+    held.check_outlived(&mut c, gone);
+    c.done(name, &log);
+    log
+}
+
+/// The margin absorbs a clock 4 % slow at the default TTL (30 s), where it is 1.525 s: without
+/// a renewal no reading has shown the rate, so only the margin keeps the job's end ahead of the
+/// lease's ((30 s − margin)/0.96 must stay below 30 s, delivery included). At 4 % rather than
+/// the 5 % the margin is built for: at 5 % the job is gone about 20 ms before the lease ends,
+/// closer than this VM's pidfd watcher can tell (it wakes 3-35 ms late).
+#[test]
+fn faults_net_slow_clock_holder_cut_off_stops_job_before_lease_ends() {
+    slow_clock_partition(
+        "slow-clock-partition",
+        Duration::from_secs(30),
+        "0.96",
+        false,
+    );
+}
+
+/// A clock at half the server's rate, far beyond what the margin absorbs: lockrun reads the
+/// rate from the server's clock at its first renewal, says so (one WARN naming the rate), and
+/// still stops the job before the lease ends once it is cut off.
+#[test]
+fn faults_net_half_speed_clock_is_reported_and_the_job_still_stops_in_time() {
+    let log = slow_clock_partition(
+        "half-speed-clock-partition",
+        Duration::from_secs(3),
+        "0.5",
+        true,
+    );
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("clock runs at"))
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one WARN line about the clock's rate:\n{log}"
+    );
+    let rate: f64 = warned[0]
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rate="))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no rate= in {:?}", warned[0]));
+    assert!((0.45..0.55).contains(&rate), "measured rate {rate}:\n{log}");
 }
 
 /// Scenario 4: every renewal answer arrives TTL/2 late (past the request timeout). Keeping the

@@ -12,6 +12,9 @@
 //!
 //! The library is compiled once per test binary (`cc -shared -fPIC`) into the target
 //! directory; a missing C compiler fails the test with what to install (it never skips).
+//!
+//! A clock that runs at another *rate* is libfaketime's ([`slowed`]): for lockrun (and cron),
+//! which libfaketime does not hang.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -80,6 +83,38 @@ impl Clock {
     pub fn step_to(&self, offset_ms: i64) {
         std::fs::write(self.file(), format!("{offset_ms}\n")).expect("write the clock offset");
     }
+}
+
+/// libfaketime (`LOCKRUN_TEST_LIBFAKETIME`, else `/usr/lib/*/faketime/libfaketime.so.1`); its
+/// absence fails the test with what to install.
+pub fn libfaketime() -> PathBuf {
+    std::env::var_os("LOCKRUN_TEST_LIBFAKETIME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::fs::read_dir("/usr/lib")
+                .ok()?
+                .flatten()
+                .map(|d| d.path().join("faketime/libfaketime.so.1"))
+                .find(|p| p.is_file())
+        })
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "libfaketime.so.1 not found under /usr/lib/*/faketime/: the clock tests need it. \
+                 `bash tests/ensure-cron.sh` installs it (Debian/Ubuntu: apt-get install \
+                 libfaketime), or point LOCKRUN_TEST_LIBFAKETIME at the library"
+            )
+        })
+}
+
+/// The environment of a process whose clocks all run at `rate` of real time (`"0.5"`: half
+/// speed), from its start: the monotonic clock too (libfaketime scales it unless
+/// `FAKETIME_DONT_FAKE_MONOTONIC` is set, which this removes), and its sleeps last `1/rate`
+/// as long. Children inherit it.
+pub fn slowed(cmd: &mut Command, rate: &str) {
+    cmd.env("LD_PRELOAD", libfaketime())
+        .env("FAKETIME", format!("+0 x{rate}"))
+        .env_remove("FAKETIME_DONT_FAKE_MONOTONIC");
 }
 
 /// The machine's wall clock in milliseconds since the epoch.

@@ -451,23 +451,7 @@ pub fn preflight() -> Tools {
         "{CRON} not found: the cron test runs Debian's cron daemon. `bash tests/ensure-cron.sh` \
          installs it (and libfaketime) without starting the host's cron service"
     );
-    let libfaketime = std::env::var_os("LOCKRUN_TEST_LIBFAKETIME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::fs::read_dir("/usr/lib")
-                .ok()?
-                .flatten()
-                .map(|d| d.path().join("faketime/libfaketime.so.1"))
-                .find(|p| p.is_file())
-        })
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "libfaketime.so.1 not found under /usr/lib/*/faketime/: the cron test skews the \
-                 daemons' clocks with it. `bash tests/ensure-cron.sh` installs it (Debian/Ubuntu: \
-                 apt-get install libfaketime), or point LOCKRUN_TEST_LIBFAKETIME at the library"
-            )
-        });
+    let libfaketime = super::clockshim::libfaketime();
     Tools { libfaketime }
 }
 

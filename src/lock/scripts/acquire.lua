@@ -8,7 +8,7 @@
 -- ARGV[3] public id, ARGV[4] ticket ms (0: not waiting, do not queue), ARGV[5] history cap: an
 -- attempt that is not waiting and finds the lock held ends its run, recorded as skipped (see
 -- `note_skipped`)
--- Returns {1, fence} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused |
+-- Returns {1, fence, server clock in µs} acquired | {0, pttl, holder, rank} not now | {-1, type} key misused |
 -- {-2, helper key} a helper key spoiled by hand (pttl -2: the lock is free but promised to the
 -- head of the queue). Nothing is written before every check has passed.
 -- The common case first, in as few commands as it can be done safely: nobody queued (neither
@@ -17,6 +17,7 @@
 if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
   local counter = read_fence(KEYS[2])
   if counter and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {1, next_fence(KEYS[2], counter, now_us(), KEYS[5])}
+    local us = now_us()
+    return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
   end
 end

@@ -9,13 +9,13 @@ if current == ARGV[1] then
   -- numbers strictly increasing; the number we never received was never used.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   dequeue(KEYS[3], KEYS[4], ARGV[3])
-  return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
 -- Free, and nobody queued ahead of us: no barging past waiters, so none starves.
 if not current and rank(KEYS[3], ARGV[3]) == 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   dequeue(KEYS[3], KEYS[4], ARGV[3])
-  return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
 local ticket = tonumber(ARGV[4])
 if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 5) end

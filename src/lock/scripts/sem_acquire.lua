@@ -5,7 +5,7 @@
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] limit,
 -- ARGV[6] wake channel, ARGV[7] the publish command (see `wake_head`), ARGV[8] history cap,
 -- for an attempt that ends the run (KEYS[5] history; see `note_skipped`)
--- Returns {1, fence} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
+-- Returns {1, fence, server clock in µs} | {0, pttl of the earliest holder, that holder, rank} | {-1, type} |
 -- {-2, helper key}. Nothing is written before every check has passed.
 local refused, kind, counter, us, now = preflight('zset')
 if refused then return refused end
@@ -23,7 +23,7 @@ if mine or rank(KEYS[3], ARGV[3]) < free then
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   -- More slots free: the next waiter need not wait for a release.
   if not mine and free > 1 then wake_head(KEYS[3], ARGV[6], ARGV[7]) end
-  return {1, next_fence(KEYS[2], counter, us, KEYS[5])}
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
 local ticket = tonumber(ARGV[4])
 if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 8) end

@@ -5,6 +5,7 @@
 //! asked (the ACL denies `CONFIG`, the server has no such command), and the check then answers
 //! `cannot check` with that reason instead of guessing.
 
+use crate::clock_rate::{Rate, Reading, TOLERANCE};
 use crate::lock::probe::LockProbe;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -434,6 +435,8 @@ pub fn latency(samples: Result<&[Duration], &str>) -> Finding {
 #[derive(Clone, Copy, Debug)]
 pub struct ClockSample {
     pub sent_us: i64,
+    /// The send on the monotonic clock, for the rate.
+    pub sent: tokio::time::Instant,
     pub rtt: Duration,
     pub server_us: i64,
 }
@@ -443,6 +446,71 @@ impl ClockSample {
     pub fn offset_us(&self) -> i64 {
         self.server_us - (self.sent_us + self.rtt.as_micros() as i64 / 2)
     }
+
+    /// As a reading of the server's clock against our monotonic one, for the rate.
+    pub fn reading(&self) -> Option<Reading> {
+        Some(Reading {
+            source: 0,
+            server_us: u64::try_from(self.server_us).ok()?,
+            sent: self.sent,
+            received: self.sent + self.rtt,
+        })
+    }
+}
+
+/// The fastest of `samples` (the tightest bounds).
+pub fn fastest(samples: &[ClockSample]) -> Option<&ClockSample> {
+    samples.iter().min_by_key(|s| s.rtt)
+}
+
+/// How long the rate check waits between its two readings of the server's clock: long enough
+/// for round trips of `rtt` to bound the rate to half of [`TOLERANCE`], at least 1 s; `None`
+/// when that would be more than [`RATE_WINDOW_MAX`] (the round trips are too slow to tell).
+pub fn rate_window(rtt: Duration) -> Option<Duration> {
+    let needed = rtt.mul_f64(2.0 / TOLERANCE);
+    (needed <= RATE_WINDOW_MAX).then(|| needed.max(Duration::from_secs(1)))
+}
+
+/// The longest the rate check waits between its readings.
+pub const RATE_WINDOW_MAX: Duration = Duration::from_secs(3);
+
+/// Check 9: the rate of our monotonic clock against the server's clock, over two readings a
+/// window apart ([`crate::clock_rate`]). lockrun counts a lease on its monotonic clock while
+/// Redis expires it by its own; a clock certainly off by more than 1 % is a warning.
+pub fn clock_rate(rate: Result<Rate, &str>) -> Finding {
+    let rate = match rate {
+        Ok(r) => r,
+        Err(why) => return finding("clock-rate", Verdict::CannotCheck, why),
+    };
+    let figures = format!(
+        "local clock runs at {:.4} × the server's (±{:.4})",
+        rate.estimate,
+        rate.error()
+    );
+    if rate.is_off() {
+        let why = if rate.factor() < 1.0 {
+            "slower than the 5 % lockrun's margin absorbs: a run counts its lease at the \
+             measured rate from its first renewal on, but a job cut off before that may outlive \
+             its lease"
+        } else if rate.estimate < 1.0 {
+            "slow, within the 5 % lockrun's margin absorbs, but NTP keeps a clock within 0.05 %"
+        } else {
+            "fast: lockrun stops jobs early by the server's clock, never late"
+        };
+        return finding(
+            "clock-rate",
+            Verdict::Warn,
+            format!("{figures}: {why}; sync the clocks (NTP)"),
+        );
+    }
+    if rate.error() > TOLERANCE {
+        return finding(
+            "clock-rate",
+            Verdict::CannotCheck,
+            format!("{figures}: the round trips were too slow to tell 1 %"),
+        );
+    }
+    finding("clock-rate", Verdict::Ok, figures)
 }
 
 /// Above this the times people read (a holder's `started=` against now, history times from
@@ -453,7 +521,7 @@ pub const SKEW: Duration = Duration::from_millis(500);
 /// tightest bound: the true offset is within half its round trip).
 pub fn clock(samples: Result<&[ClockSample], &str>) -> Finding {
     let best = match samples {
-        Ok(s) => s.iter().min_by_key(|s| s.rtt),
+        Ok(s) => fastest(s),
         Err(why) => return finding("clock", Verdict::CannotCheck, why),
     };
     let Some(best) = best else {
@@ -973,6 +1041,7 @@ mod tests {
     fn clock_offset_counts_half_the_round_trip() {
         let s = |sent: i64, rtt_ms: u64, server: i64| ClockSample {
             sent_us: sent,
+            sent: tokio::time::Instant::now(),
             rtt: Duration::from_millis(rtt_ms),
             server_us: server,
         };
@@ -993,6 +1062,48 @@ mod tests {
         assert_eq!(slow.verdict, Verdict::CannotCheck, "{}", slow.detail);
         assert!(slow.detail.contains("too slow"), "{}", slow.detail);
         assert_eq!(clock(Err("TIME denied")).verdict, Verdict::CannotCheck);
+    }
+
+    #[test]
+    fn clock_rate_check() {
+        let rate = |estimate: f64, error: f64| Rate {
+            estimate,
+            low: estimate - error,
+            high: estimate + error,
+        };
+        let ok = clock_rate(Ok(rate(1.0001, 0.0002)));
+        assert_eq!(ok.verdict, Verdict::Ok, "{}", ok.detail);
+        assert!(
+            ok.detail.contains("1.0001 × the server's (±0.0002)"),
+            "{}",
+            ok.detail
+        );
+        // Beyond what the margin absorbs, within it, and fast: each a warning that says which.
+        let slow = clock_rate(Ok(rate(0.9, 0.001)));
+        assert_eq!(slow.verdict, Verdict::Warn);
+        assert!(
+            slow.detail.contains("may outlive its lease"),
+            "{}",
+            slow.detail
+        );
+        let absorbed = clock_rate(Ok(rate(0.98, 0.001)));
+        assert_eq!(absorbed.verdict, Verdict::Warn);
+        assert!(
+            absorbed.detail.contains("within the 5 %"),
+            "{}",
+            absorbed.detail
+        );
+        let fast = clock_rate(Ok(rate(1.1, 0.001)));
+        assert!(fast.detail.contains("never late"), "{}", fast.detail);
+        // 3 % off ± 2.5 %: neither fine nor certainly off.
+        let vague = clock_rate(Ok(rate(0.97, 0.025)));
+        assert_eq!(vague.verdict, Verdict::CannotCheck, "{}", vague.detail);
+        assert_eq!(clock_rate(Err("TIME denied")).verdict, Verdict::CannotCheck);
+        // The window: 1 s for fast round trips, longer for slower ones, none beyond 15 ms.
+        let ms = Duration::from_millis;
+        assert_eq!(rate_window(ms(1)), Some(ms(1000)));
+        assert_eq!(rate_window(ms(10)), Some(ms(2000)));
+        assert_eq!(rate_window(ms(16)), None);
     }
 
     #[test]
