@@ -460,8 +460,8 @@ fn sentinel_over_tls_rediss_sentinel_url_with_the_test_ca() {
 fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_first_answer() {
     // Three sentinels listed; one of them (the fastest to answer) names another primary than
     // the other two: a sentinel cut off with an old, still writable primary looks like this,
-    // and so does one of another set under the same service name. Before, the first answer
-    // won and the lock went to that primary; now lockrun waits for a majority.
+    // and so does one of another set under the same service name. lockrun waits for a
+    // majority: taking the first answer would put the lock on that primary.
     let (set, stray) = (ReplicaSet::start(1), ReplicaSet::start(0));
     let (sentinels, stray_sentinel) = (Sentinels::start(&set, 2), Sentinels::start(&stray, 1));
     let slow: Vec<Proxy> = sentinels
@@ -509,9 +509,9 @@ fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_fir
 fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_primary() {
     // The holder's connection still goes to the old primary when its job ends (before its
     // first renewal): a forced failover leaves that server up, and writable, until the
-    // Sentinels reconfigure it several seconds later. Before, the release deleted the key
-    // there and logged "released", while the key lived on on the new primary and a waiter
-    // timed out (75). The release must go to the primary the sentinel majority names now.
+    // Sentinels reconfigure it several seconds later. The release must go to the primary the
+    // sentinel majority names now: deleting the key on the old one and logging "released"
+    // would leave the key on the new primary, and a waiter would time out (75).
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
     let dir = tempfile::tempdir().unwrap();
@@ -575,9 +575,9 @@ fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_prima
 fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only() {
     // The waiter queues on the old primary; after the failover the holder renews on the new
     // one, and its copy on the old one (3 s TTL) expires there while the old primary still
-    // accepts writes (the Sentinels reconfigure it seconds later). Before, the waiter kept
-    // polling the old primary and took the lock there while the holder's job still ran; every
-    // acquire must go to the primary the sentinel majority names now.
+    // accepts writes (the Sentinels reconfigure it seconds later). Every acquire must go to
+    // the primary the sentinel majority names now: a waiter that kept polling the old primary
+    // would take the lock there while the holder's job still runs.
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
     let dir = tempfile::tempdir().unwrap();
@@ -663,9 +663,10 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
 #[test]
 fn sentinel_a_renewal_stuck_on_a_frozen_primary_moves_to_the_promoted_replica() {
     // A primary that stops answering (SIGSTOP) while a renewal waits for its reply, and a
-    // replica promoted well within the lease. Before, the renewal waited out the whole request
-    // timeout before asking the sentinels again, and the holder was stopped (76) although its
-    // key survived on the new primary. Several runs: the outcome must be the same every time.
+    // replica promoted well within the lease. The renewal asks the sentinels again while it
+    // waits, and goes to the new primary: waiting out the whole request timeout first would
+    // stop the holder (76) although its key survives there. Several runs: the outcome must be
+    // the same every time.
     const RUNS: usize = 3;
     let lost: Vec<String> = (0..RUNS).filter_map(frozen_primary_run).collect();
     assert!(
