@@ -845,7 +845,6 @@ impl LockService for RedisLock {
         };
         let confirmed_at = Instant::now();
         let lease = Lease {
-            key: spec.key.clone(),
             holder: holder.clone(),
             fence: 0,
             sent_at,
@@ -881,7 +880,7 @@ impl LockService for RedisLock {
         if !std::mem::take(&mut self.unsettled) {
             return;
         }
-        let lease = Lease::phantom(spec, holder);
+        let lease = Lease::phantom(holder);
         if let Err(e) = self
             .release_with(spec, &lease, Duration::ZERO, None, false)
             .await
