@@ -6,8 +6,6 @@
 //! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
 //! test fails and says how to get one: a lock test that silently skips proves nothing.
 
-#![allow(dead_code)] // Each test module uses a different subset.
-
 pub mod chaos;
 pub mod clockshim;
 pub mod cluster;
