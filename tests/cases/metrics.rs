@@ -262,8 +262,8 @@ fn metrics_lost_when_the_key_vanishes_also_with_on_lost_continue() {
         let mut cmd = Lockrun::on(&redis);
         // -v: the debug line of each confirmed renewal says when one has been counted.
         // TTL 1.5 s: a first renewal must be confirmed before the key is deleted, and at 600 ms
-        // a stall of ~400 ms of the loaded test machine (a spawn that took 190 ms, then a late
-        // renewal) lost the lock before any renewal.
+        // a stall of ~400 ms of the loaded test machine (a spawn that takes 190 ms, then a late
+        // renewal) loses the lock before any renewal.
         cmd.args(["-v", "-t", "1500ms"])
             .args(extra)
             .arg("--metrics-file")

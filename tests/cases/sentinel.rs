@@ -184,7 +184,7 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
     // A real failure: the master is killed, the Sentinels notice (down-after 2 s), agree and
     // promote a replica. The TTL leaves room for that; renewals resume on the new master. Not
     // before the other replica has resynchronised from it, though (--acks 1): on Valkey that
-    // took up to ~6 s after the kill here, so 15 s leases with a 1 s grace (SIGTERM comes
+    // takes up to ~6 s after the kill here, so 15 s leases with a 1 s grace (SIGTERM comes
     // 1.75 s before the deadline of the last acknowledged write).
     let set = ReplicaSet::start(2);
     let sentinels = Sentinels::start(&set, 3);
@@ -235,10 +235,10 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
             "released on the new master {new_port}: {err}\n{state}"
         );
     } else {
-        // Seen on loaded CI machines (with a 500 ms down-after): the Sentinels failed over a
-        // second time, and the release went to a master that was then demoted, or met its
-        // connections killed by the demotion ("broken pipe"). The key left on the current
-        // master is then only a lease that expires by its TTL, never a second holder.
+        // On a loaded machine the Sentinels can fail over a second time (the shorter their
+        // down-after, the likelier): the release goes to a master that is then demoted, or
+        // meets its connections killed by the demotion ("broken pipe"). The key left on the
+        // current master is then only a lease that expires by its TTL, never a second holder.
         let now = set.node(sentinels.master_port());
         let left: i64 = now.cli(&["PTTL", "crash"]).trim().parse().unwrap_or(-2);
         assert!(
