@@ -471,8 +471,8 @@ tools=$cache/tools
 export PATH="$tools/bin:$PATH"
 cargo deb --version 2>/dev/null | grep -q '3\.8\.0' \
   || cargo install --locked --quiet --root "$tools" cargo-deb --version 3.8.0
-# The .rpm costs ~4 min of tool build on a clean clone; CI (which the issue asks for the .deb)
-# sets LOCKRUN_PACKAGING_RPM=0 and says so below; by hand it is built.
+# The .rpm costs ~4 min of tool build on a clean clone; CI (which checks the .deb) sets
+# LOCKRUN_PACKAGING_RPM=0 and says so below; by hand it is built.
 rpm_wanted=${LOCKRUN_PACKAGING_RPM:-1}
 if [ "$rpm_wanted" = 1 ]; then
   cargo generate-rpm --version 2>/dev/null | grep -q "$rpm_tool_version" \

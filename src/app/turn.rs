@@ -486,7 +486,7 @@ mod tests {
         }
         async fn acquire(
             &mut self,
-            spec: &LockSpec,
+            _: &LockSpec,
             holder: &Holder,
             _: bool,
         ) -> Result<Acquire, LockError> {
@@ -499,7 +499,7 @@ mod tests {
             };
             match answer {
                 Answer::Acquired(fence) => {
-                    let mut lease = Lease::phantom(spec, holder);
+                    let mut lease = Lease::phantom(holder);
                     lease.fence = *fence;
                     Ok(Acquire::Acquired(lease))
                 }
@@ -899,7 +899,7 @@ mod tests {
             history: 0,
             every: None,
         };
-        let lease = Lease::phantom(&spec, &Holder::new(std::ffi::OsStr::new("job")));
+        let lease = Lease::phantom(&Holder::new(std::ffi::OsStr::new("job")));
         let note = Note {
             outcome,
             exit_code: Some(0),

@@ -148,7 +148,6 @@ pub fn holder_started(value: &str) -> Option<std::time::SystemTime> {
 /// A lock we hold.
 #[derive(Clone, Debug)]
 pub struct Lease {
-    pub key: String,
     pub holder: Holder,
     /// Strictly increasing per key across all holders (LOCKRUN_FENCE).
     pub fence: u64,
@@ -166,10 +165,9 @@ pub struct Lease {
 impl Lease {
     /// A lease for `holder` whose acquire reply we never saw (or could not count), for a
     /// token-checked give-back: the release scripts read only the key and the holder's value.
-    pub(crate) fn phantom(spec: &LockSpec, holder: &Holder) -> Lease {
+    pub(crate) fn phantom(holder: &Holder) -> Lease {
         let now = Instant::now();
         Lease {
-            key: spec.key.clone(),
             holder: holder.clone(),
             fence: 0,
             sent_at: now,

@@ -747,7 +747,7 @@ enum Route {
     /// primary may be the old one, cut off on the minority side of a partition with this
     /// lockrun and one sentinel, while the majority has promoted a replica on which the key
     /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
-    /// kept the job running for as long as the partition lasted (issue 26, item 3). So the
+    /// would keep the job running for as long as the partition lasts. So the
     /// deadline moves only for a renewal confirmed by the primary a majority named just before
     /// it was sent, and without a majority the renewal is not sent at all: it could not move
     /// the deadline, its token check on that primary could only say what the primary the
@@ -845,7 +845,6 @@ impl LockService for RedisLock {
         };
         let confirmed_at = Instant::now();
         let lease = Lease {
-            key: spec.key.clone(),
             holder: holder.clone(),
             fence: 0,
             sent_at,
@@ -881,7 +880,7 @@ impl LockService for RedisLock {
         if !std::mem::take(&mut self.unsettled) {
             return;
         }
-        let lease = Lease::phantom(spec, holder);
+        let lease = Lease::phantom(holder);
         if let Err(e) = self
             .release_with(spec, &lease, Duration::ZERO, None, false)
             .await

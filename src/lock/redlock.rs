@@ -303,7 +303,6 @@ impl LockService for Redlock {
                 self.outage = false;
                 self.unsettled = false;
                 return Ok(Acquire::Acquired(Lease {
-                    key: spec.key.clone(),
                     holder: holder.clone(),
                     // Any two majorities share a node, whose counter grew between their
                     // holders: the maximum is above every fence an earlier majority handed out

@@ -224,8 +224,8 @@ fn alerting_node_exporter_scrapes_what_lockrun_wrote_under_umask_077() {
     }
     let mut exporter = NodeExporter::start(dir.path());
     let body = exporter.try_scrape().expect("a scrape");
-    // Every file read: an unreadable one (0600 from a umask, before) sets this to 1 and its
-    // series are missing.
+    // Every file read: an unreadable one (0600, had the umask decided) would set this to 1
+    // and its series would be missing.
     assert!(
         body.lines().any(|l| l == "node_textfile_scrape_error 0"),
         "{body}"

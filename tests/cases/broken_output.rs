@@ -1,8 +1,7 @@
 //! Standard output and standard error are input too: a full disk (`/dev/full`) or a reader
 //! that went away (`| true`, `| grep -q`) never makes lockrun panic (exit 134 with a
 //! backtrace). A closed pipe ends quietly, as command-line tools do; a write that fails
-//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR). Issue 24,
-//! item 4.
+//! otherwise is one line on stderr (if stderr can take it) and exit 74 (EX_IOERR).
 
 use crate::support::*;
 use std::io::Read;
@@ -124,8 +123,8 @@ fn a_reader_that_goes_away_ends_the_listing_quietly() {
     assert_eq!(err, "", "quietly");
 }
 
-/// One key of 70,000 characters made `list` panic ("Formatting argument out of range") for
-/// everyone, for good, since its fence counter stays (issue 24, item 5).
+/// One key of 70,000 characters is listed whole, never a panic ("Formatting argument out of
+/// range"): its fence counter stays, so a panic would break `list` for everyone, for good.
 #[test]
 fn a_very_long_key_is_listed_not_a_panic() {
     let redis = Server::start();
@@ -153,7 +152,7 @@ fn a_very_long_key_is_listed_not_a_panic() {
 }
 
 /// History entries are anyone's to write: an ESC or a newline in one is shown escaped, as
-/// `list` and `status` do (issue 24, item 14).
+/// `list` and `status` do.
 #[test]
 fn history_escapes_control_characters() {
     let redis = Server::start();

@@ -1,7 +1,7 @@
 //! When the command cannot be started, or a limit of this machine stops lockrun: say what
 //! failed where it failed (the command, the process table, the descriptor table), with the
-//! documented exit code, and never blame Redis for a local limit (issue 24, item 13 and the
-//! smaller findings about empty names, CRLF scripts and long keys).
+//! documented exit code, and never blame Redis for a local limit; an empty command name, a
+//! CRLF script and a key too long for the command's environment are named for what they are.
 
 use crate::support::*;
 use std::process::Command;
@@ -52,8 +52,8 @@ fn a_process_limit_is_said_and_is_71() {
     assert!(!redis.exists("k"), "released");
 }
 
-/// Under `ulimit -n` lockrun cannot open a socket: "Redis unavailable" (69) was wrong, and
-/// `--wait` retried it as an outage. It is the descriptor limit (71), not retried.
+/// Under `ulimit -n` lockrun cannot open a socket: that is the descriptor limit (71), not
+/// "Redis unavailable" (69), and `--wait` does not retry it as if it were an outage.
 #[test]
 fn a_descriptor_limit_is_said_and_is_not_waited_out() {
     let redis = Server::start_tcp();
@@ -77,7 +77,8 @@ fn a_descriptor_limit_is_said_and_is_not_waited_out() {
     assert!(!redis.exists("k"));
 }
 
-/// An empty command name took the lock and then exited 127: refused (64) before locking.
+/// An empty command name is refused (64) before locking, rather than taking the lock for a
+/// command that can only fail to start (127).
 #[test]
 fn an_empty_command_name_is_refused_before_locking() {
     let redis = Server::start();
@@ -91,8 +92,8 @@ fn an_empty_command_name_is_refused_before_locking() {
     assert_eq!(fence, None, "never locked");
 }
 
-/// A script saved with Windows line endings (`#!/bin/sh\r`) said "command not found:
-/// ./crlf.sh"; the missing interpreter is named, its CR shown escaped.
+/// A script saved with Windows line endings (`#!/bin/sh\r`) names the missing interpreter,
+/// its CR shown escaped, rather than "command not found: ./crlf.sh".
 #[test]
 fn a_crlf_shebang_names_its_interpreter() {
     let redis = Server::start();
@@ -112,8 +113,9 @@ fn a_crlf_shebang_names_its_interpreter() {
     assert!(!redis.exists("k"));
 }
 
-/// A key longer than one environment entry may be cannot reach the command as LOCKRUN_KEY
-/// ("cannot execute echo: Argument list too long" blamed the command): refused (64) at once.
+/// A key longer than one environment entry may be cannot reach the command as LOCKRUN_KEY:
+/// refused (64) at once, rather than "cannot execute echo: Argument list too long", which
+/// blames the command.
 #[test]
 fn a_key_too_long_for_the_commands_environment_is_refused() {
     let redis = Server::start();

@@ -334,9 +334,9 @@ fn wait_forever_waits() {
     wait_timeout(&mut holder, PATIENCE).unwrap();
 }
 
-/// A → B → A deadlocked: the innermost lockrun of A saw only B's key and token, waited for A
-/// (held by its own ancestor) and exited 75, or never with `--wait forever` (issue 25, item
-/// 4). Every enclosing holder is recognised, for plain locks and semaphores.
+/// A → B → A is reentrant: every enclosing holder is recognised, for plain locks and
+/// semaphores. An innermost lockrun of A that saw only B's key and token would wait for A,
+/// held by its own ancestor: exit 75, or a deadlock with `--wait forever`.
 #[test]
 fn nesting_a_b_a_is_reentrant_for_every_enclosing_lock() {
     let redis = Server::start();

@@ -138,8 +138,8 @@ fn doctor_says_cannot_check_what_the_user_may_not_ask() {
     assert!(!stderr_of(&out).contains("doc-Pw-1"));
 }
 
-/// The documented ACL line of an older lockrun: without +evalsha, +xadd, +xrevrange and +scan
-/// (the run history and the operators' commands came later).
+/// The ACL line documented for lockrun releases without the run history and the operators'
+/// commands: without +evalsha, +xadd, +xrevrange and +scan.
 const LOCKRUN_RULES: &str = "resetchannels &lockrun:wake:* -@all +eval +subscribe +select \
     +del +exists +get +pexpire +pttl +publish +set +time +type +zadd +zcard +zcount +zrange \
     +zrangebyscore +zrank +zrem +zremrangebyscore +zscore";
@@ -321,10 +321,10 @@ fn fails_as_a_run_does(url: &str, out: &Output, reason: &str) -> String {
     lock
 }
 
-/// Before: doctor only read, and said nothing of whether a lock can be taken. Now it takes and
-/// releases a probe lock as a run does, by EVALSHA and by EVAL (a fresh server has no script
-/// yet: EVALSHA → NOSCRIPT → EVAL, then EVALSHA finds them), and leaves nothing behind: no
-/// key, no fencing counter, no history.
+/// Reading alone cannot tell whether a lock can be taken: doctor takes and releases a probe
+/// lock as a run does, by EVALSHA and by EVAL (a fresh server has no script yet: EVALSHA →
+/// NOSCRIPT → EVAL, then EVALSHA finds them), and leaves nothing behind: no key, no fencing
+/// counter, no history.
 #[test]
 fn doctor_takes_and_releases_a_probe_lock_and_leaves_nothing_behind() {
     let redis = Server::start();
@@ -422,8 +422,8 @@ fn doctor_fails_a_fake_server_as_a_run_does() {
 const SLOW_REPLY: std::time::Duration = std::time::Duration::from_millis(2500);
 
 /// A server answering every reply 2.5 s late (below the 3 s request timeout, so each request
-/// succeeds): doctor took 175 s and printed everything at the end. Now each check costs one
-/// round trip or a bounded few, and each finding is printed when it is known.
+/// succeeds): each check costs one round trip or a bounded few, and each finding is printed
+/// when it is known, not all at the end.
 #[test]
 fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
     use std::io::BufRead;
@@ -448,7 +448,7 @@ fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
             let _ = tx.send((started.elapsed(), l));
         }
     });
-    // 9 round trips (22.5 s; it was 70, 175 s): the facts (INFO, CONFIG GET twice, COMMAND
+    // 9 round trips (22.5 s): the facts (INFO, CONFIG GET twice, COMMAND
     // INFO, ACL WHOAMI in one pipeline), one TIME (the latency sampling stops at the request
     // timeout), the ACL dry runs (one pipeline), and the lock probe's 6 (acquire: EVALSHA,
     // NOSCRIPT, then EVAL; release by EVAL; acquire and release by EVALSHA; the fencing

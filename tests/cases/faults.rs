@@ -245,7 +245,7 @@ fn faults_lockrun_paused_past_ttl() {
 }
 
 /// A stall of lockrun (SIGSTOP for 0.3, 0.5 or 0.8 of its TTL, at a random moment while the job
-/// runs) with a waiter queued behind it (issue 25, item 2). The rule: lockrun, woken past its
+/// runs) with a waiter queued behind it. The rule: lockrun, woken past its
 /// SIGTERM moment with the lease not over, renews first and stops the job only if that renewal
 /// is not confirmed in time; SIGKILL still comes before the lease can end. A stall of 0.3 or 0.5
 /// TTL always leaves the lease intact (a renewal is sent every TTL/3, so the lease has at least
@@ -348,8 +348,8 @@ fn faults_undrained_stderr_client_kill() {
     // the waiter gets the lock only after the job ended.
     let redis = Server::start();
     let ch = Chaos::new("faults_undrained_stderr_client_kill", &redis);
-    // 1.5 s (was 600 ms): on a slow day here a renewal between two kills could miss its
-    // ~170 ms window for reasons that have nothing to do with logging.
+    // 1.5 s: at 600 ms, on a slow day here, a renewal between two kills can miss its ~170 ms
+    // window for reasons that have nothing to do with logging.
     let ttl = 1500;
     let key = ch.key("plugged", Mode::Exclusive, ms(ttl));
     let t = format!("{ttl}ms");

@@ -1,4 +1,4 @@
-//! Redis Cluster under a real network partition (issue 26): three primaries `a1`, `a2`, `a3`,
+//! Redis Cluster under a real network partition: three primaries `a1`, `a2`, `a3`,
 //! each with one replica (`b1` of `a1`…), one node per host, each host a network namespace
 //! (support::netns); client hosts `h` (the holder) and `w` (a `--wait` lockrun on the majority
 //! side). The lock's primary is cut off from every other node (and from `w`) until its replica

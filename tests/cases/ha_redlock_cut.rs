@@ -1,4 +1,4 @@
-//! Redlock under real network partitions (issue 26): 3 or 5 independent masters `m1`…`m5`, one
+//! Redlock under real network partitions: 3 or 5 independent masters `m1`…`m5`, one
 //! per host, each host a network namespace (support::netns); client hosts `h` (the holder),
 //! `w` (a `--wait` lockrun that reaches every master) and `r` (a rival). A client's host is cut
 //! off from a minority or from a majority of the masters; the test watches the masters through
@@ -76,7 +76,7 @@ impl Masters {
 }
 
 /// A rival that reached only a minority must not log that the lock holds on the majority
-/// (it said so before: the warning of a holder whose majority carries on).
+/// (that warning belongs to a holder whose majority carries on).
 fn check_rival_said(ch: &Chaos, who: &str, text: &str) {
     if text.contains("the lock holds on the majority") {
         ch.problem(format!(

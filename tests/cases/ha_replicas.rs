@@ -29,7 +29,7 @@ fn ha_replicas_clocks_ahead_end_the_lease_early_after_a_failover_despite_acks() 
         Promise::AtMost(Duration::from_millis(AHEAD_MS as u64)),
     );
     // Three runs: whether the rival gets in before the holder's renewal reaches the promoted
-    // replica is a race (the issue saw 1 overlap in 3 runs).
+    // replica is a race (1 overlap in 3 runs has been seen).
     for _ in 0..Runs::count(3) {
         let clock = Clock::new(AHEAD_MS);
         let set = ReplicaSet::with(ReplicaSetOptions {

@@ -1,4 +1,4 @@
-//! Sentinel under real network partitions and crashes (issue 26): three hosts `a`, `b`, `c`,
+//! Sentinel under real network partitions and crashes: three hosts `a`, `b`, `c`,
 //! each with one data node and one sentinel (the primary on `a`), and client hosts `h` (the
 //! holder) and `w` (a `--wait` lockrun that reaches every host), each in its own network
 //! namespace (support::netns). The test watches and steers the servers through unix sockets,

@@ -262,8 +262,8 @@ fn metrics_lost_when_the_key_vanishes_also_with_on_lost_continue() {
         let mut cmd = Lockrun::on(&redis);
         // -v: the debug line of each confirmed renewal says when one has been counted.
         // TTL 1.5 s: a first renewal must be confirmed before the key is deleted, and at 600 ms
-        // a stall of ~400 ms of the loaded test machine (a spawn that took 190 ms, then a late
-        // renewal) lost the lock before any renewal.
+        // a stall of ~400 ms of the loaded test machine (a spawn that takes 190 ms, then a late
+        // renewal) loses the lock before any renewal.
         cmd.args(["-v", "-t", "1500ms"])
             .args(extra)
             .arg("--metrics-file")
@@ -452,10 +452,10 @@ fn metrics_no_file_for_a_usage_error_on_the_command_line() {
     assert!(!path.exists(), "the options were never known");
 }
 
-/// A device, a FIFO or a link to one at the path is the user's: lockrun warns and leaves it
-/// (it used to rename its file over it, so `--metrics-file /dev/null` as root would have
-/// replaced the system's /dev/null). A link to a regular file is followed and the file
-/// replaced, the link kept.
+/// A device, a FIFO or a link to one at the path is the user's: lockrun warns and leaves it,
+/// never renames its file over it (`--metrics-file /dev/null` as root would replace the
+/// system's /dev/null). A link to a regular file is followed and the file replaced, the link
+/// kept.
 #[test]
 fn metrics_file_replaces_only_a_regular_file() {
     use std::os::unix::fs::FileTypeExt;
@@ -619,11 +619,10 @@ fn metrics_the_last_end_and_the_previous_start_follow_the_runs() {
     assert!(!has(&mb, ended));
 }
 
-/// `release --force` during a 1.5 s job (TTL 30 s, so no renewal notices): the history said
-/// `lost`, the metrics file `ran`, exit 0, and the lost-lock alert never fired (issue 24, item
-/// 15). A run whose release finds its key gone lost its lock while the job ran: `lost` in the
-/// log, the history and the metrics alike; the exit code is the job's own (it ran to its end,
-/// as with --on-lost continue).
+/// `release --force` during a 1.5 s job (TTL 30 s, so no renewal notices). A run whose release
+/// finds its key gone lost its lock while the job ran: `lost` in the log, the history and the
+/// metrics alike, so the lost-lock alert fires; the exit code is the job's own (it ran to its
+/// end, as with --on-lost continue).
 #[test]
 fn metrics_a_key_gone_at_release_is_lost_everywhere() {
     let redis = Server::start();

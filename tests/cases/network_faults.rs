@@ -680,9 +680,9 @@ fn faults_net_partitioned_holder_stops_job_before_lease_ends() {
 #[test]
 fn faults_net_partitioned_holder_stops_slow_job_before_lease_ends() {
     // TTL 3 s: the margin before the lease ends (TTL/20 + 25 ms, 175 ms) must cover a stall of
-    // this shared VM between SIGKILL being due and the job being gone; with 1 s and the margin
-    // at TTL/20 alone (50 ms) a slow day here had the job outlive the server's lease by 18 ms
-    // (no overlap with the next holder).
+    // this shared VM between SIGKILL being due and the job being gone; a margin of 50 ms (TTL
+    // 1 s, TTL/20 alone) is not enough: a slow day here has the job outlive the server's lease
+    // by 18 ms (no overlap with the next holder).
     fault_while_running(
         "partition-holder-slow-job",
         "3s",

@@ -39,8 +39,8 @@ fn odd_replies() -> [(&'static str, Odd); 2] {
 }
 
 /// The server grants the lock (the proxy hands it the acquire, and the key is set with this
-/// run's value and a 30 s TTL) and lockrun gets an odd reply. Before, lockrun exited 69 and
-/// left the key behind for its whole TTL, so every host skipped the tick nobody ran.
+/// run's value and a 30 s TTL) and lockrun gets an odd reply: it gives the key back at once.
+/// Left behind for its whole TTL, the key would make every host skip a tick nobody ran.
 #[test]
 fn an_odd_reply_to_a_granted_acquire_gives_the_key_back_at_once() {
     let redis = Server::start_tcp();
@@ -169,8 +169,8 @@ fn scanning(next: fn(u64) -> u64) -> Fake {
 }
 
 /// `lockrun list` against a server whose SCAN cursor never comes back to 0: a new cursor every
-/// time, or cursors in a cycle. Before, it asked forever (hundreds of thousands of SCANs, no
-/// output); it ends with one line naming the cause, within the documented bound of calls.
+/// time, or cursors in a cycle. It ends with one line naming the cause, within the documented
+/// bound of calls, rather than asking forever (hundreds of thousands of SCANs, no output).
 #[test]
 fn list_ends_against_a_scan_that_never_ends() {
     for (fake, says, most) in [

@@ -1,5 +1,5 @@
-//! Odd usage (issue 10), one test per item handled here: forgiving configuration, messages that
-//! say what is wrong, log lines that stay one line, and the command's signal dispositions.
+//! Odd usage: forgiving configuration, messages that say what is wrong, log lines that stay
+//! one line, and the command's signal dispositions.
 
 use crate::support::*;
 use std::os::unix::process::CommandExt;
@@ -150,8 +150,7 @@ fn a_bad_url_in_the_environment_names_the_variable() {
 }
 
 /// The run form's variables are not an operators' command's: an environment set up for runs
-/// (a unit, a manifest), even with a value a run refuses, does not break `status` (it exited 64
-/// when the commands became subcommands of the one command line).
+/// (a unit, a manifest), even with a value a run refuses, does not make `status` exit 64.
 #[test]
 fn an_operators_command_ignores_the_runs_variables() {
     let redis = Server::start();
@@ -204,8 +203,8 @@ fn quiet_has_a_variable_too() {
 
 #[test]
 fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
-    // Before: `information` was taken as a target name and silenced everything, fatal errors
-    // included (exit 69 with an empty stderr).
+    // `information` is not a level: refused, not taken as a target name, which would silence
+    // everything, fatal errors included (exit 69 with an empty stderr).
     let mut cmd = Lockrun::bare();
     cmd.env("LOCKRUN_LOG", "information")
         .args(["-r", "redis://127.0.0.1:1", "k", "true"]);
@@ -223,8 +222,8 @@ fn an_unknown_log_level_is_refused_and_errors_are_always_printed() {
 
 #[test]
 fn a_log_level_in_lockrun_log_shows_that_level() {
-    // Before: the "errors are always printed" directive replaced the level itself, so
-    // LOCKRUN_LOG=info, =debug and =trace all printed errors only (an empty stderr for a run).
+    // The "errors are always printed" directive is added to the level, never in its place:
+    // LOCKRUN_LOG=info, =debug and =trace each print that level, not errors only.
     let redis = Server::start();
     for (level, expect, absent) in [
         ("info", "redis lock acquired", "DEBUG"),
@@ -484,7 +483,8 @@ fn the_readme_options_table_lists_every_option_in_help() {
 #[test]
 fn a_waiter_outlasts_a_redis_that_is_not_up_yet() {
     // A CI job queued with --wait while its Redis restarts: lockrun starts first, the server
-    // a second later. Before: exit 69 within milliseconds (the first subscribe was fatal).
+    // a second later. A first subscribe that fails is retried while the wait lasts, not fatal
+    // (exit 69 within milliseconds).
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("later.sock");
     let mut cmd = Lockrun::bare();

@@ -671,9 +671,10 @@ fn text_output_keeps_one_line_per_lock_whatever_the_name() {
     held.finish();
 }
 
-/// `lockrun -q history -- ./rotate.sh` printed "no runs recorded for './rotate.sh'" and exited
-/// 0: cron saw success and the job never ran. A verb's line with `--` and a command after it,
-/// or with options only a run takes, is refused and says how to run it (issue 24, item 8).
+/// A verb's line with `--` and a command after it, or with options only a run takes, is
+/// refused (64) and says how to run it: read as the verb, `lockrun -q history -- ./rotate.sh`
+/// would print "no runs recorded for './rotate.sh'" and exit 0, so cron would see success
+/// while the job never ran.
 #[test]
 fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
     let redis = Server::start();
@@ -705,10 +706,9 @@ fn a_lock_named_like_a_verb_with_a_command_is_refused_not_misread() {
     assert!(ran.exists());
 }
 
-/// Fence counters never expired, so per-pipeline names (`deploy-$BRANCH`) piled up in Redis and
-/// in `list --all` forever (issue 24, item 16). A counter now expires with the key's history,
-/// 40 days after its last lock; fences stay increasing after that (they are floored by the
-/// server's clock).
+/// A fence counter expires with the key's history, 40 days after its last lock, so
+/// per-pipeline names (`deploy-$BRANCH`) do not pile up in Redis and in `list --all` forever;
+/// fences stay increasing after that (they are floored by the server's clock).
 #[test]
 fn fence_counters_expire_and_fences_still_increase() {
     let redis = Server::start();
@@ -738,8 +738,8 @@ fn fence_counters_expire_and_fences_still_increase() {
     assert!(fence_of(&run(cmd)) > first);
 }
 
-/// `holders` is the same array in `status --json` and `list --json` (it was an integer in
-/// list), and a semaphore's `held_for_ms` is null, not whole seconds dressed as milliseconds.
+/// `holders` is the same array in `status --json` and `list --json`, and a semaphore's
+/// `held_for_ms` is null, not whole seconds dressed as milliseconds.
 #[test]
 fn status_and_list_json_agree_on_holders() {
     let redis = Server::start();

@@ -3,8 +3,8 @@
 //! (tick.sh as PID 1, lockrun under it) and the systemd unit (`KillMode=mixed`: SIGTERM to
 //! lockrun alone). Each must be gone within the platform's grace (`terminationGracePeriodSeconds`,
 //! `TimeoutStopSec`), read from the shipped file, with the key released, the run recorded
-//! (`aborted`) and the job's end as exit code: the platform's own SIGKILL never has to come
-//! (issue 25). Kubernetes and systemd cannot run here: what they do on stop is one signal, then
+//! (`aborted`) and the job's end as exit code: the platform's own SIGKILL never has to come.
+//! Kubernetes and systemd cannot run here: what they do on stop is one signal, then
 //! a deadline, which these tests do, to the command lines and settings the files ship.
 
 use crate::support::*;

@@ -521,10 +521,10 @@ fn with_one_server_node_timeout_is_the_request_timeout() {
     assert!(took < Duration::from_millis(900), "{took:?}: {err}");
 }
 
-/// The same server spelled several ways counted as several masters, so one server made a
-/// "majority" (issue 24, item 12): `$U,$U/,$U/0`, `localhost` for `127.0.0.1`, a default port
-/// written out. Compared as endpoints (host, port, database), they are refused (64) before
-/// anything is locked; a Sentinel listed twice in one URL likewise.
+/// The same server spelled several ways (`$U,$U/,$U/0`, `localhost` for `127.0.0.1`, a default
+/// port written out) is one master, so it cannot make a "majority" alone: compared as endpoints
+/// (host, port, database), such a list is refused (64) before anything is locked; a Sentinel
+/// listed twice in one URL likewise.
 #[test]
 fn the_same_server_spelled_differently_is_one_master() {
     let nodes = [Server::start_tcp()];

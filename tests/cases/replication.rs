@@ -161,9 +161,9 @@ fn a_failed_acks_acquire_waits_for_the_replicas_once_and_says_so_once() {
     // The replica is frozen: the acquire's WAIT gets no acknowledgement. What the acquire took
     // is given back without waiting for replicas again (a give-back that does not reach them
     // leaves only a key of ours that expires by its TTL, and no job of ours runs), and the
-    // run says one thing: why it did not start. (Before: three WAITs, the acquire's, its own
-    // give-back's and the caller's cleanup's, ~2.0 s at TTL 3 s, and "release not
-    // acknowledged" logged twice.)
+    // run says one thing: why it did not start. (One WAIT, the acquire's, not three with its
+    // own give-back's and the caller's cleanup's, ~2.0 s at TTL 3 s, and no "release not
+    // acknowledged" line.)
     let set = ReplicaSet::start(1);
     let replica = &set.replicas[0];
     let waits_before = set.master.calls("wait");

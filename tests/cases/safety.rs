@@ -1,5 +1,7 @@
-//! Mutual exclusion and fencing under faults: one test per defect found by fault injection
-//! (issue 9), each written to fail on the code before its fix.
+//! Mutual exclusion and fencing under faults, one test (case 1–8) per fault that could break
+//! them: a stalled stderr reader, a stall between the acquire and exec, a server that lost its
+//! data, a job slow to exit, signals blocked at start, a script that fails after writing, a
+//! lock named like lockrun's own keys, an inherited child-subreaper flag.
 
 use crate::support::*;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -53,8 +55,8 @@ fn read_pid(path: &Path) -> u32 {
     pid.unwrap()
 }
 
-/// Case 1: a stalled stderr reader must not freeze supervision. Today the first log line blocks
-/// the only runtime thread: the command never starts (or, later, is never stopped).
+/// Case 1: a stalled stderr reader must not freeze supervision. A log write that blocked would
+/// block the only runtime thread: the command would never start (or, later, never be stopped).
 #[test]
 fn a_full_stderr_pipe_never_stops_supervision() {
     let redis = Server::start();
@@ -63,8 +65,8 @@ fn a_full_stderr_pipe_never_stops_supervision() {
     let mut cmd = Lockrun::on(&redis);
     // -v: every renewal logs a line, so the pipe stays full however long this runs.
     // TTL 2 s: the job is stopped when no renewal is confirmed for about 1.2 s, so a stall of
-    // this shared VM between two renewals (every 667 ms) cannot pass for a lost lease; with
-    // 600 ms a 170 ms stall in a full CI run did.
+    // this shared VM between two renewals (every 667 ms) cannot pass for a lost lease; at
+    // 600 ms a 170 ms stall in a full CI run does.
     cmd.args(["-v", "-t", "2s", "stalled", "--", "sh", "-c"])
         .arg(format!("echo $$ > '{}'; exec sleep 30", pidfile.display()))
         .stdout(Stdio::null())
@@ -212,8 +214,8 @@ fn fences_never_go_backwards_after_the_server_lost_its_data() {
 
 /// Case 4: when renewals fail, the job must be gone before the lease can expire, even one
 /// that takes its time to exit after SIGTERM (default --kill-after 10s, longer than TTL/3).
-/// TTL 2 s: the job's 0.3 s exit must fit in the grace (TTL/3) to write its end time; with
-/// 1 s (grace 333 ms) a slow day here let SIGKILL come first, and the test had no end time.
+/// TTL 2 s: the job's 0.3 s exit must fit in the grace (TTL/3) to write its end time; at
+/// 1 s (grace 333 ms) a slow day here lets SIGKILL come first, and the test has no end time.
 #[test]
 fn a_slow_exiting_job_is_gone_before_the_next_holder_starts() {
     let redis = Server::start();
@@ -328,8 +330,9 @@ fn signals_blocked_at_start_are_still_handled_and_the_mask_goes_back_to_the_comm
 }
 
 /// Case 6: a script that fails after writing must not leave the lock behind. A fencing counter
-/// that is not a number made the acquire script fail after SET; both the old and the current
-/// counter names are spoiled, so this fails on the old code and exercises the new one.
+/// that is not a number makes the acquire script fail after its SET. Both `{spoiled}:fence`
+/// and lockrun's counter `lockrun:fence:{spoiled}` hold a non-number: only the second is
+/// lockrun's (case 7), and either way the key must not stay.
 #[test]
 fn a_failing_acquire_leaves_no_orphan_lock() {
     let redis = Server::start();
@@ -363,7 +366,8 @@ fn lock_names_never_collide_with_lockruns_own_keys() {
         stdout_of(&out).trim().parse::<u64>().unwrap()
     };
     let first = fence_of("a");
-    // A lock named like the old helper keys of lock `a`, held while `a` is used.
+    // A lock named `{a}:fence` (what a helper key of `a` would be named if helper keys shared
+    // the lock names' namespace), held while `a` is used.
     let mut cmd = Lockrun::on(&redis);
     cmd.args(["{a}:fence", "--", "sleep", "1"]);
     let mut other = cmd.stderr(Stdio::piped()).spawn().unwrap();

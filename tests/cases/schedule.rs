@@ -80,7 +80,7 @@ fn a_job_longer_than_the_hold_is_released_when_it_ends() {
 }
 
 /// A host whose command is missing or not executable must not take the tick from a healthy
-/// host that fires later: the key goes at once, whatever the hold (issue 23, and 25 item 5).
+/// host that fires later: the key goes at once, whatever the hold.
 #[test]
 fn a_command_that_could_not_start_gives_the_tick_back() {
     let redis = Server::start();

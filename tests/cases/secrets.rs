@@ -40,8 +40,7 @@ fn unix_url(redis: &Server) -> String {
 
 #[test]
 fn a_password_in_the_url_query_is_never_printed() {
-    // The issue's own example: a socket that does not exist, so the "unavailable" line quotes
-    // the URL.
+    // A socket that does not exist, so the "unavailable" line quotes the URL.
     for scheme in ["redis+unix", "unix", "valkey+unix"] {
         let url = format!("{scheme}:///var/run/lockrun-no-such.sock?pass=TopSecret42");
         for mode in MODES {
@@ -323,8 +322,8 @@ fn help_describes_the_password_options_without_showing_their_values() {
     );
 }
 
-/// A password file that is a FIFO nobody writes to blocked lockrun forever, and SIGTERM did
-/// not end it (issue 24, item 6). It is refused at once; a pipe that does carry the password
+/// A password file that is a FIFO nobody writes to is refused at once, rather than blocking
+/// lockrun in the read (where SIGTERM would not end it); a pipe that does carry the password
 /// (`--redis-password-file <(vault read …)`) still works.
 #[test]
 fn a_password_pipe_without_a_writer_is_refused_at_once() {

@@ -184,7 +184,7 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
     // A real failure: the master is killed, the Sentinels notice (down-after 2 s), agree and
     // promote a replica. The TTL leaves room for that; renewals resume on the new master. Not
     // before the other replica has resynchronised from it, though (--acks 1): on Valkey that
-    // took up to ~6 s after the kill here, so 15 s leases with a 1 s grace (SIGTERM comes
+    // takes up to ~6 s after the kill here, so 15 s leases with a 1 s grace (SIGTERM comes
     // 1.75 s before the deadline of the last acknowledged write).
     let set = ReplicaSet::start(2);
     let sentinels = Sentinels::start(&set, 3);
@@ -235,10 +235,10 @@ fn sentinel_master_crash_with_acks_keeps_the_lock_and_the_job_finishes() {
             "released on the new master {new_port}: {err}\n{state}"
         );
     } else {
-        // Seen on loaded CI machines (with a 500 ms down-after): the Sentinels failed over a
-        // second time, and the release went to a master that was then demoted, or met its
-        // connections killed by the demotion ("broken pipe"). The key left on the current
-        // master is then only a lease that expires by its TTL, never a second holder.
+        // On a loaded machine the Sentinels can fail over a second time (the shorter their
+        // down-after, the likelier): the release goes to a master that is then demoted, or
+        // meets its connections killed by the demotion ("broken pipe"). The key left on the
+        // current master is then only a lease that expires by its TTL, never a second holder.
         let now = set.node(sentinels.master_port());
         let left: i64 = now.cli(&["PTTL", "crash"]).trim().parse().unwrap_or(-2);
         assert!(
@@ -460,8 +460,8 @@ fn sentinel_over_tls_rediss_sentinel_url_with_the_test_ca() {
 fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_first_answer() {
     // Three sentinels listed; one of them (the fastest to answer) names another primary than
     // the other two: a sentinel cut off with an old, still writable primary looks like this,
-    // and so does one of another set under the same service name. Before, the first answer
-    // won and the lock went to that primary; now lockrun waits for a majority.
+    // and so does one of another set under the same service name. lockrun waits for a
+    // majority: taking the first answer would put the lock on that primary.
     let (set, stray) = (ReplicaSet::start(1), ReplicaSet::start(0));
     let (sentinels, stray_sentinel) = (Sentinels::start(&set, 2), Sentinels::start(&stray, 1));
     let slow: Vec<Proxy> = sentinels
@@ -509,9 +509,9 @@ fn sentinel_the_primary_is_the_one_a_majority_of_the_sentinels_names_not_the_fir
 fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_primary() {
     // The holder's connection still goes to the old primary when its job ends (before its
     // first renewal): a forced failover leaves that server up, and writable, until the
-    // Sentinels reconfigure it several seconds later. Before, the release deleted the key
-    // there and logged "released", while the key lived on on the new primary and a waiter
-    // timed out (75). The release must go to the primary the sentinel majority names now.
+    // Sentinels reconfigure it several seconds later. The release must go to the primary the
+    // sentinel majority names now: deleting the key on the old one and logging "released"
+    // would leave the key on the new primary, and a waiter would time out (75).
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
     let dir = tempfile::tempdir().unwrap();
@@ -575,9 +575,9 @@ fn sentinel_failover_during_the_job_the_release_deletes_the_key_on_the_new_prima
 fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only() {
     // The waiter queues on the old primary; after the failover the holder renews on the new
     // one, and its copy on the old one (3 s TTL) expires there while the old primary still
-    // accepts writes (the Sentinels reconfigure it seconds later). Before, the waiter kept
-    // polling the old primary and took the lock there while the holder's job still ran; every
-    // acquire must go to the primary the sentinel majority names now.
+    // accepts writes (the Sentinels reconfigure it seconds later). Every acquire must go to
+    // the primary the sentinel majority names now: a waiter that kept polling the old primary
+    // would take the lock there while the holder's job still runs.
     let set = ReplicaSet::start(1);
     let sentinels = Sentinels::start(&set, 3);
     let dir = tempfile::tempdir().unwrap();
@@ -663,9 +663,10 @@ fn sentinel_a_waiter_queued_before_a_failover_acquires_on_the_new_primary_only()
 #[test]
 fn sentinel_a_renewal_stuck_on_a_frozen_primary_moves_to_the_promoted_replica() {
     // A primary that stops answering (SIGSTOP) while a renewal waits for its reply, and a
-    // replica promoted well within the lease. Before, the renewal waited out the whole request
-    // timeout before asking the sentinels again, and the holder was stopped (76) although its
-    // key survived on the new primary. Several runs: the outcome must be the same every time.
+    // replica promoted well within the lease. The renewal asks the sentinels again while it
+    // waits, and goes to the new primary: waiting out the whole request timeout first would
+    // stop the holder (76) although its key survives there. Several runs: the outcome must be
+    // the same every time.
     const RUNS: usize = 3;
     let lost: Vec<String> = (0..RUNS).filter_map(frozen_primary_run).collect();
     assert!(

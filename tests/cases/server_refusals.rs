@@ -23,7 +23,7 @@ fn refused(cmd: Lockrun, within: Duration, needles: &[&str]) -> String {
     // A configuration mistake is not waited out.
     assert!(took < within, "took {took:?}: {err}");
     // Every password in these tests has "-Pw" in it; a temporary directory's name (in a unix
-    // socket's URL) is alphanumeric, so it cannot (it once held "Pw" by chance).
+    // socket's URL) is alphanumeric, so it cannot (though it can hold "Pw" by chance).
     assert!(!err.contains("-Pw"), "no password in: {err}");
     err
 }
@@ -206,8 +206,8 @@ fn the_redis_6_0_acl_line_is_enough_for_every_path_on_redis_6_0() {
 
 #[test]
 fn a_user_without_evalsha_still_locks_by_eval() {
-    // ACL lines written before lockrun sent scripts by SHA-1 have +eval only: lockrun then
-    // sends the scripts whole, quietly (one refused EVALSHA per run).
+    // ACL lines written for lockrun releases that sent no EVALSHA have +eval only: lockrun
+    // then sends the scripts whole, quietly (one refused EVALSHA per run).
     let redis = Server::start_tcp();
     let url = acl_user(&redis, "nosha", "+evalsha");
     for _ in 0..2 {
@@ -223,8 +223,8 @@ fn a_user_without_evalsha_still_locks_by_eval() {
 
 #[test]
 fn a_command_denied_inside_a_script_exits_69_naming_it() {
-    // EVAL is allowed, SET (which the acquire script calls) is not. Before: exit 64,
-    // "Redis rejected the lock script: … can't run this command or subcommand …".
+    // EVAL is allowed, SET (which the acquire script calls) is not: a refusal of the server's
+    // (69, naming SET and the ACL), not a usage error (64, "Redis rejected the lock script").
     let redis = Server::start_tcp();
     let url = acl_user(&redis, "noset", "+set");
     for wait in [&[][..], &["--wait", "20s"]] {
@@ -246,8 +246,8 @@ fn a_command_denied_inside_a_script_exits_69_naming_it() {
 
 #[test]
 fn a_waiter_that_may_not_subscribe_exits_69_at_once() {
-    // Before: the refused SUBSCRIBE was ignored and the waiter polled, exit 0 once the
-    // hand-set key expired (~4 s), the configuration mistake never reported.
+    // A refused SUBSCRIBE is a configuration mistake, reported at once: ignored, the waiter
+    // would poll and exit 0 once the hand-set key expired (~4 s), the mistake never said.
     let redis = Server::start_tcp();
     let no_channel = acl_user(&redis, "nochan", "&lockrun:wake:*");
     let no_subscribe = acl_user(&redis, "nosub", "+subscribe");
@@ -268,8 +268,8 @@ fn a_waiter_that_may_not_subscribe_exits_69_at_once() {
 
 #[test]
 fn a_database_the_user_may_not_select_exits_69_at_once() {
-    // redis-rs wraps the refused SELECT; before, it read as "unavailable" and --wait retried
-    // it until the wait ended.
+    // redis-rs wraps the refused SELECT; it must not read as "unavailable", which --wait
+    // would retry until the wait ended.
     let redis = Server::start_tcp();
     let url = acl_user(&redis, "noselect", "+select");
     let mut cmd = lockrun_at(&format!("{url}/3"));
@@ -293,7 +293,8 @@ fn server(args: &[&str]) -> (Server, PathBuf) {
 
 #[test]
 fn a_server_without_eval_is_refused_not_misused() {
-    // Before: exit 64 with the start of lockrun's script in the message.
+    // Unavailable (69), saying what is missing; never a usage error (64) quoting the start
+    // of lockrun's script.
     let (_server, sock) = server(&["--save", "", "--rename-command", "EVAL", ""]);
     let url = format!("unix://{}", sock.display());
     for wait in [&[][..], &["--wait", "20s"]] {
@@ -307,8 +308,8 @@ fn a_server_without_eval_is_refused_not_misused() {
 #[test]
 fn a_server_that_cannot_persist_is_waited_out() {
     // MISCONF: a failed RDB save with stop-writes-on-bgsave-error stops all writes. The disk is
-    // the problem, not the key: "unavailable" (69), and retried while waiting. Before: exit 64
-    // "Redis rejected the lock script", at once even with --wait.
+    // the problem, not the key: "unavailable" (69), and retried while waiting, not refused
+    // at once (64, "Redis rejected the lock script") even with --wait.
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
@@ -352,7 +353,7 @@ fn a_server_that_cannot_persist_is_waited_out() {
 /// Servers lockrun cannot lock on: without EVAL and EVALSHA, a Sentinel's port given as
 /// redis://, a server that answers every command with an error, or with +OK, :1 or nil.
 /// Each is "unavailable" (69) in one line naming the problem, never a usage error dumping the
-/// script's SHA and arguments (issue 24, item 10).
+/// script's SHA and arguments.
 #[test]
 fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
     let (_server, sock) = server(&[
@@ -397,9 +398,9 @@ fn a_server_that_cannot_run_lockrun_is_unavailable_in_one_line() {
     drop(sentinels);
 }
 
-/// A database the server does not have (`/16` on a 16-database server) was retried for the
-/// whole --wait (30 minutes of silence in CI with --wait 30m). It is a configuration error:
-/// refused at once, like a wrong password (issue 24, item 11).
+/// A database the server does not have (`/16` on a 16-database server) is a configuration
+/// error: refused at once, like a wrong password, not retried for the whole --wait (30
+/// minutes of silence in CI with --wait 30m).
 #[test]
 fn a_database_the_server_does_not_have_is_refused_at_once() {
     let (_server, sock) = server(&["--save", "", "--databases", "16"]);
@@ -415,8 +416,7 @@ fn a_database_the_server_does_not_have_is_refused_at_once() {
     }
 }
 
-/// Errors in values from the environment name the variable; a flag wins over a variable
-/// (issue 24, the smaller findings).
+/// Errors in values from the environment name the variable; a flag wins over a variable.
 #[test]
 fn environment_mistakes_name_the_variable_and_a_flag_wins() {
     use std::os::unix::ffi::OsStrExt;

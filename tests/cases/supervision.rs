@@ -585,10 +585,10 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
 }
 
 /// A SIGTERM from outside (kubelet, systemd, docker stop) forwarded to a job that ignores it
-/// never escalated: the job ran to its natural end, and the platform's own SIGKILL then took
-/// lockrun with the lock held (issue 25, item 1). A forwarded stop signal starts the
-/// --kill-after clock: the job's group gets SIGKILL when it runs out, and lockrun releases,
-/// records and exits with the job's end (137).
+/// escalates: a forwarded stop signal starts the --kill-after clock, the job's group gets
+/// SIGKILL when it runs out, and lockrun releases, records and exits with the job's end (137).
+/// Without that the job would run to its natural end, and the platform's own SIGKILL would
+/// then take lockrun with the lock held.
 #[test]
 fn a_forwarded_sigterm_escalates_to_sigkill_after_kill_after() {
     let redis = Server::start();
@@ -629,10 +629,10 @@ fn a_forwarded_sigterm_escalates_to_sigkill_after_kill_after() {
     }
 }
 
-/// SIGTERM while an acquire is in flight (a server that accepts and never answers) ended
-/// lockrun 3.5 s later with 69, once the request timed out (issue 25, item 3). A stop signal
-/// before the command starts ends lockrun at once with 128+N, giving back (token-checked,
-/// briefly bounded) whatever the attempt may have taken.
+/// SIGTERM while an acquire is in flight (a server that accepts and never answers) ends
+/// lockrun at once with 128+N, not once the request times out: a stop signal before the
+/// command starts gives back (token-checked, briefly bounded) whatever the attempt may have
+/// taken, and exits.
 #[test]
 fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -666,9 +666,9 @@ fn a_sigterm_during_an_acquire_in_flight_ends_lockrun_at_once() {
     drop(listener);
 }
 
-/// A job that stops itself (SIGSTOP, no terminal to resume it from) kept the lock renewed
-/// forever, silently (issue 25, item 7). It is said once, naming the pid; the lock stays held
-/// and renewed until the job is continued or ends.
+/// A job that stops itself (SIGSTOP, no terminal to resume it from) would keep the lock
+/// renewed forever, silently: it is said once, naming the pid; the lock stays held and
+/// renewed until the job is continued or ends.
 #[test]
 fn a_job_that_stops_itself_is_said_once() {
     let redis = Server::start();
@@ -712,10 +712,10 @@ fn a_job_that_stops_itself_is_said_once() {
     assert_eq!(out, "resumed\n");
 }
 
-/// `--subreaper` adopted a double-forked daemon (its own session, so not in the job's group)
-/// and still released the lock at once, while the daemon ran (issue 25, item 6). Adopted
-/// descendants are part of the job: once the command exits they get SIGTERM, SIGKILL after
-/// --kill-after, and the lock is held until they are gone.
+/// A double-forked daemon (its own session, so not in the job's group) adopted under
+/// `--subreaper` is part of the job: once the command exits adopted descendants get SIGTERM,
+/// SIGKILL after --kill-after, and the lock is held until they are gone, never released while
+/// the daemon runs.
 #[test]
 fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
     let redis = Server::start();
@@ -770,10 +770,9 @@ fn subreaper_holds_the_lock_until_adopted_daemons_are_gone() {
 }
 
 /// A short stall of lockrun (a VM freeze, SIGSTOP) past the moment it would stop the job
-/// killed a job whose lease was intact: exit 76, although the key was still ours (issue 25,
-/// item 2). Waking past that moment with the lease not over, lockrun renews first and stops the
-/// job only if that renewal is not confirmed in time; SIGKILL still comes before the lease can
-/// end.
+/// does not kill a job whose lease is intact (exit 76 while the key is still ours): waking
+/// past that moment with the lease not over, lockrun renews first and stops the job only if
+/// that renewal is not confirmed in time; SIGKILL still comes before the lease can end.
 #[test]
 fn a_short_stall_of_lockrun_does_not_cost_an_intact_lease() {
     let redis = Server::start();

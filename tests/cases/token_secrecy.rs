@@ -68,7 +68,8 @@ fn read_token(path: &Path) -> String {
     token
 }
 
-/// The first word of a holder value: what the reentrancy check used to compare the token with.
+/// The first word of a holder value: the holder's id, which anyone who can read the key has,
+/// so a forged LOCKRUN_TOKEN to try against the reentrancy check.
 fn first_word(value: &str) -> String {
     value
         .split_whitespace()

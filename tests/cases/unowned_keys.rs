@@ -1,6 +1,5 @@
 //! Keys lockrun did not write are the user's: a run refuses them (64) and `release --force`
-//! leaves them alone, whatever their type, and nothing about them changes (issue 24, items 1
-//! and 3).
+//! leaves them alone, whatever their type, and nothing about them changes.
 
 use crate::support::*;
 
@@ -8,8 +7,8 @@ fn leaderboard(redis: &Server) -> Vec<String> {
     redis.cmd(&["ZRANGE", "leaderboard", "0", "-1", "WITHSCORES"])
 }
 
-/// A user's sorted set was taken for a semaphore and its "expired" members pruned: the job ran
-/// and the set was gone (issue 24, item 1).
+/// A user's sorted set is refused (64), with or without `--limit`, never taken for a semaphore:
+/// a semaphore prunes its "expired" members, so the job would run and the user's set be gone.
 #[test]
 fn a_users_sorted_set_is_refused_not_pruned() {
     let redis = Server::start();
@@ -39,7 +38,8 @@ fn a_users_sorted_set_is_refused_not_pruned() {
     assert_eq!(stdout_of(&run(cmd)), "RAN\n");
 }
 
-/// `release --force` deleted any string or sorted set of the name (issue 24, item 3).
+/// `release --force` deletes only lockrun's locks and semaphores: a string or sorted set of
+/// the name that lockrun did not write is refused (64) and stays as it was.
 #[test]
 fn release_force_leaves_keys_lockrun_did_not_write() {
     let redis = Server::start();

@@ -6,8 +6,6 @@
 //! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
 //! test fails and says how to get one: a lock test that silently skips proves nothing.
 
-#![allow(dead_code)] // Each test module uses a different subset.
-
 pub mod chaos;
 pub mod clockshim;
 pub mod cluster;
@@ -146,9 +144,9 @@ fn port_range() -> std::ops::Range<u16> {
 /// the same one twice in one test process. Ports are not recycled because a topology test
 /// kills servers on purpose, and whoever watched a dead server keeps knocking on its port:
 /// Sentinels that find a stranger there make it a replica of their master (`SLAVEOF`, then
-/// `CLIENT KILL` of its clients), so a recycled port let one test reconfigure another's
-/// server (seen as a lockrun whose release met "broken pipe" three times in a row, and one
-/// whose renewals no replica acknowledged). The walk starts at a place chosen by the process
+/// `CLIENT KILL` of its clients), so a recycled port lets one test reconfigure another's
+/// server (it shows as a lockrun whose release meets "broken pipe" three times in a row, or
+/// one whose renewals no replica acknowledges). The walk starts at a place chosen by the process
 /// id, so two suites running at once start far apart; a port that is taken is skipped.
 pub fn port_where(also: impl Fn(u16) -> bool) -> u16 {
     static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);

@@ -13,11 +13,10 @@
 //! - Hosts: [`Net::new`] with their names; [`Net::addr`] is a host's address.
 //! - Servers: [`Net::redis`] (a data node: `replicaof`, `appendonly`, `min-replicas-*`, cluster
 //!   mode: any config lines), [`Net::sentinel`]; both listen on the host's address and on a
-//!   unix socket ([`Server::socket`]) for the test. [`Server::signal`], [`Server::kill`],
-//!   [`Server::restart`] (same config file, so the same port, data dir and role as last written).
-//!   Independent masters (Redlock): one `net.redis(h, 6379, "")` per host, URLs
-//!   `redis://<addr>:6379`. A Cluster: `cluster-enabled yes` (and `cluster-node-timeout`) in
-//!   `config`, then [`Net::cli`] `--cluster create …` from one of the hosts.
+//!   unix socket ([`Server::socket`]) for the test; [`Server::kill`] ends one. Independent
+//!   masters (Redlock): one `net.redis(h, 6379, "")` per host, URLs `redis://<addr>:6379`. A
+//!   Cluster: `cluster-enabled yes` (and `cluster-node-timeout`) in `config`, then slots and
+//!   roles set over the unix sockets (`CLUSTER ADDSLOTSRANGE`, `MEET`, `REPLICATE`).
 //! - Clients: [`Net::command`] runs any program inside a host's namespace
 //!   (`nsenter --net=/run/netns/<ns> -- program`: nsenter execs, so the child's pid is the
 //!   program's). [`Net::home`] is the prefix that brings a process back into the test's own
@@ -202,25 +201,6 @@ impl Net {
             .arg("--")
             .arg(program);
         cmd
-    }
-
-    /// `redis-cli args…` run on `host` (through the network, as a client there would: e.g.
-    /// `redis-cli --cluster create 10.77.0.1:7000 … --cluster-yes` for a Cluster whose nodes
-    /// were started with [`Net::redis`] and `cluster-enabled yes`); its trimmed stdout, or
-    /// None if it failed. Bounded by 10 s: a connection into a cut waits out the kernel's SYN
-    /// retries (about two minutes) otherwise. The test's own commands go through
-    /// [`Server::try_cmd`] instead.
-    pub fn cli(&self, host: &str, args: &[&str]) -> Option<String> {
-        let out = self
-            .command(host, "timeout")
-            .args(["10", "redis-cli"])
-            .args(args)
-            .env_remove("REDISCLI_AUTH")
-            .stdin(Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (out.status.success() && !text.starts_with("ERR")).then_some(text)
     }
 
     /// `lockrun -r <url>… <args> -- <job>` on `host` (one `-r` per URL), without the caller's
@@ -489,11 +469,6 @@ impl Server {
         server::socket_cmd(&self.socket, None, Some(TIMEOUT), args).ok()
     }
 
-    /// Whether `key` exists here; false on a cluster node that does not serve it.
-    pub fn exists(&self, key: &str) -> bool {
-        server::exists(&self.socket, None, key)
-    }
-
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
         self.try_cmd(args).unwrap_or_else(|| {
             panic!(
@@ -505,15 +480,6 @@ impl Server {
         })
     }
 
-    /// SIGSTOP, SIGCONT, SIGKILL…
-    pub fn signal(&self, sig: i32) {
-        let pid = self.pid();
-        if self.procs.lock().unwrap().contains_key(&pid) {
-            // SAFETY: kill(2) on our own unreaped child (the map keeps it unreaped).
-            unsafe { libc::kill(pid as i32, sig) };
-        }
-    }
-
     /// SIGKILL, and reaped.
     pub fn kill(&self) {
         let pid = self.pid();
@@ -521,13 +487,6 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-
-    /// Killed if it runs, then started again from its config file (which Sentinel and
-    /// `REPLICAOF`/`CONFIG REWRITE` may have rewritten) and its data dir.
-    pub fn restart(&self) {
-        self.kill();
-        self.launch();
     }
 
     /// Polls `cond` until it holds; fails with the log after PATIENCE.

@@ -3,8 +3,8 @@
 //!
 //! The timings are short (a forced `SENTINEL FAILOVER` takes about a second), not the
 //! production defaults' half minute. Sentinels declare a master down after 2 s without an
-//! answer: 500 ms was short enough for a stall of this shared VM to fail a new master over
-//! again, demoting it (with `CLIENT KILL` of its clients) under a running test.
+//! answer: at 500 ms a stall of this shared VM can fail a new master over again, demoting it
+//! (with `CLIENT KILL` of its clients) under a running test.
 
 use super::replication::ReplicaSet;
 use super::server::{Server, ServerOptions, Tls};

@@ -89,7 +89,6 @@ pub struct Chaos {
     pub recorder: Recorder,
     start: Instant,
     allow_overlap: bool,
-    allow_fence_disorder: bool,
     faults: AtomicU64,
     fault_log: Mutex<Vec<String>>,
     /// Lockruns not yet reaped. Signals are sent and children reaped under this lock, so a
@@ -149,7 +148,6 @@ impl Chaos {
             recorder: Recorder::start(),
             start: Instant::now(),
             allow_overlap: false,
-            allow_fence_disorder: false,
             faults: AtomicU64::new(0),
             fault_log: Mutex::default(),
             live: Mutex::default(),
@@ -173,13 +171,6 @@ impl Chaos {
     /// lock): measure and report them instead of failing.
     pub fn allowing_overlap(mut self) -> Chaos {
         self.allow_overlap = true;
-        self
-    }
-
-    /// The scenario documents fences out of start order (a server clock stepped ahead, data
-    /// lost on a majority): count them for the report instead of failing.
-    pub fn allowing_fence_disorder(mut self) -> Chaos {
-        self.allow_fence_disorder = true;
         self
     }
 
