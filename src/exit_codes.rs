@@ -3,9 +3,6 @@
 //! The numbers follow sysexits(3) where one fits, so scripts and cron wrappers can tell
 //! "did not run because someone else holds the lock" from "ran and failed".
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
-
 /// Default code when the lock is held elsewhere (EX_TEMPFAIL: try again later).
 pub const DEFAULT_CONFLICT: u8 = 75;
 
@@ -52,18 +49,6 @@ impl ExitCode {
             ExitCode::NotFound => 127,
         }
     }
-
-    /// Maps a finished command's wait status to what lockrun reports.
-    pub fn from_status(status: ExitStatus) -> ExitCode {
-        if let Some(code) = status.code() {
-            // An exit status is 8 bits on Unix; the cast cannot lose information.
-            ExitCode::Command(code as u8)
-        } else if let Some(sig) = status.signal() {
-            ExitCode::Signaled(sig)
-        } else {
-            ExitCode::Internal
-        }
-    }
 }
 
 #[cfg(test)]
@@ -87,31 +72,5 @@ mod tests {
         assert_eq!(ExitCode::NotExecutable.code(), 126);
         assert_eq!(ExitCode::NotFound.code(), 127);
         assert_eq!(ExitCode::Aborted(2).code(), 130);
-    }
-
-    #[test]
-    fn wait_status_mapping() {
-        // Raw wait statuses as the kernel encodes them: exit code in the second byte,
-        // terminating signal in the low seven bits.
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(0)),
-            ExitCode::Command(0)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(42 << 8)),
-            ExitCode::Command(42)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(255 << 8)),
-            ExitCode::Command(255)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(9)),
-            ExitCode::Signaled(9)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(15 | 0x80)),
-            ExitCode::Signaled(15)
-        );
     }
 }
