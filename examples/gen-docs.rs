@@ -10,7 +10,8 @@
 
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, roman, Roff};
-use lockrun::cli::{COMMAND_ENV, ENV_ONLY, ENV_RULES, EXAMPLE, EXIT_CODES};
+use lockrun::cli::{COMMAND_ENV, ENV_ONLY, ENV_RULES, EXAMPLE};
+use lockrun::exit_codes::ExitCode;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -184,8 +185,8 @@ fn man_page(cmd: clap::Command, whole: bool) -> std::io::Result<Vec<u8>> {
     }
     if cmd.get_after_long_help().is_some() {
         roff.control("SH", ["EXIT STATUS"]);
-        for (code, what) in EXIT_CODES {
-            item(&mut roff, code, what);
+        for s in ExitCode::DOCUMENTED.map(ExitCode::summary) {
+            item(&mut roff, &s.code, s.meaning);
         }
         roff.control("SH", ["ENVIRONMENT"]);
         roff.text([roman(ENV_RULES)]);

@@ -495,9 +495,16 @@ fn run_form(cmd: clap::Command) -> clap::Command {
         )
         .after_help(format!(
             "Example ({}):\n  {}\n\n\
-             Exit codes: the command's own, 75 (or -E) held elsewhere, 76 lock lost, 64 usage \
-             error, 69 Redis unavailable; the others, and the variables, in --help.",
-            EXAMPLE.0, EXAMPLE.1
+             Exit codes: {}; the others, and the variables, in --help.",
+            EXAMPLE.0,
+            EXAMPLE.1,
+            briefly(&[
+                ExitCode::Command(0),
+                ExitCode::Conflict(0),
+                ExitCode::LockLost,
+                ExitCode::Usage,
+                ExitCode::Unavailable,
+            ])
         ))
         .after_long_help(after_long_help())
 }
@@ -520,40 +527,11 @@ pub const EXAMPLE: (&str, &str) = (
     "* * * * * lockrun -q -E 0 --every 1m -r redis://db1 report -- /opt/report.sh",
 );
 
-/// The run form's exit codes: (code, meaning).
-pub const EXIT_CODES: [(&str, &str); 10] = [
-    (
-        "its own",
-        "the command ran and exited with it; 128+N: it died of signal N",
-    ),
-    (
-        "75 (or -E)",
-        "the lock is held elsewhere (no wait, or the wait ran out): the command was not run",
-    ),
-    (
-        "76",
-        "the lock was lost while the command ran: lockrun stopped it",
-    ),
-    (
-        "64",
-        "usage error: a bad option, variable, URL, key or password file",
-    ),
-    (
-        "69",
-        "Redis unavailable before the command started, or it refused lockrun (authentication, ACL)",
-    ),
-    ("70", "internal error"),
-    (
-        "71",
-        "a limit of this machine: no process, descriptor or memory left",
-    ),
-    ("74", "lockrun's own output could not be written"),
-    ("126, 127", "the command is not executable, not found"),
-    (
-        "128+N",
-        "lockrun was stopped by signal N before the command started",
-    ),
-];
+/// The codes in a few words each, comma-separated (`76 lock lost, 64 usage error`).
+fn briefly(codes: &[ExitCode]) -> String {
+    let words: Vec<String> = codes.iter().map(|c| c.summary().briefly()).collect();
+    words.join(", ")
+}
 
 /// How every option's variable works, said once for all of them (each option names its own).
 pub const ENV_RULES: &str = "Every option also reads a LOCKRUN_* variable of its own: a \
@@ -606,11 +584,12 @@ pub const COMMAND_ENV: [(&str, &str); 4] = [
 /// `--help`'s end: the example, every exit code, the variables lockrun reads beyond the options'
 /// own, and what the command gets.
 fn after_long_help() -> String {
-    let code_width = EXIT_CODES.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let codes = ExitCode::DOCUMENTED.map(ExitCode::summary);
+    let code_width = codes.iter().map(|s| s.code.len()).max().unwrap_or(0);
     let mut text = format!("Example ({}):\n  {}\n\nExit codes:", EXAMPLE.0, EXAMPLE.1);
-    for (code, what) in EXIT_CODES {
+    for s in codes {
         text.push('\n');
-        text.push_str(&hang(&format!("  {code}"), code_width + 4, what));
+        text.push_str(&hang(&format!("  {}", s.code), code_width + 4, s.meaning));
     }
     text.push_str("\n\nEnvironment:\n");
     text.push_str(&hang(
@@ -1451,13 +1430,16 @@ mod tests {
             "LOCKRUN_HELD\n",
             "valkey://",
             "valkeys://",
-            "126, 127",
         ] {
             assert!(help.contains(needle), "--help lacks {needle:?}: {help}");
         }
         // The text lockrun wraps itself (exit codes, variables) fits as well.
         let end = &help[help.find("Exit codes:").unwrap()..];
         assert_fits(end, &["--help"]);
+        for code in ExitCode::DOCUMENTED {
+            let line = format!("\n  {} ", code.summary().code);
+            assert!(end.contains(&line), "--help lacks {line:?}: {end}");
+        }
     }
 
     /// Each operators' command's help speaks of that command: its own exit codes, no option

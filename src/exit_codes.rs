@@ -1,10 +1,11 @@
-//! Every way lockrun can end, and the process exit code each one maps to.
+//! Every way lockrun can end, the process exit code each one maps to, and what each code means.
 //!
 //! The numbers follow sysexits(3) where one fits, so scripts and cron wrappers can tell
 //! "did not run because someone else holds the lock" from "ran and failed".
-
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+//!
+//! This is the one place the codes are described: `-h`, `--help`, the man pages and the
+//! operators' commands' help take their lines from [`ExitCode::summary`], and the README's table
+//! says the same lines (a test holds them to it); every cause of each code is in docs/guide.md.
 
 /// Default code when the lock is held elsewhere (EX_TEMPFAIL: try again later).
 pub const DEFAULT_CONFLICT: u8 = 75;
@@ -37,7 +38,47 @@ pub enum ExitCode {
     OsError,
 }
 
+/// How the docs describe one exit code.
+#[derive(Debug)]
+pub struct Summary {
+    /// The code as written: its number, or how it is made (`its own`, `128+N`).
+    pub code: String,
+    /// A few words, for the one-sentence lists of `-h` and the operators' commands.
+    pub brief: &'static str,
+    /// One line, for `--help`, the man page and the README's table.
+    pub meaning: &'static str,
+}
+
+impl Summary {
+    /// The code and its few words (`76 lock lost`); a code that is no number (`its own`) is
+    /// said by its words alone.
+    pub fn briefly(&self) -> String {
+        if self.code.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("{} {}", self.code, self.brief)
+        } else {
+            self.brief.to_string()
+        }
+    }
+}
+
 impl ExitCode {
+    /// Every kind of ending once, in the order the docs list them. The values the variants carry
+    /// stand for any: [`ExitCode::summary`] does not look at them.
+    pub const DOCUMENTED: [ExitCode; 12] = [
+        ExitCode::Command(0),
+        ExitCode::Signaled(0),
+        ExitCode::Conflict(DEFAULT_CONFLICT),
+        ExitCode::LockLost,
+        ExitCode::Usage,
+        ExitCode::Unavailable,
+        ExitCode::Internal,
+        ExitCode::OsError,
+        ExitCode::IoError,
+        ExitCode::NotExecutable,
+        ExitCode::NotFound,
+        ExitCode::Aborted(0),
+    ];
+
     pub fn code(self) -> i32 {
         match self {
             ExitCode::Command(c) | ExitCode::Conflict(c) => i32::from(c),
@@ -53,15 +94,58 @@ impl ExitCode {
         }
     }
 
-    /// Maps a finished command's wait status to what lockrun reports.
-    pub fn from_status(status: ExitStatus) -> ExitCode {
-        if let Some(code) = status.code() {
-            // An exit status is 8 bits on Unix; the cast cannot lose information.
-            ExitCode::Command(code as u8)
-        } else if let Some(sig) = status.signal() {
-            ExitCode::Signaled(sig)
-        } else {
-            ExitCode::Internal
+    /// What this kind of ending is documented as. The number of a fixed code is [`Self::code`]'s.
+    pub fn summary(self) -> Summary {
+        use ExitCode::*;
+        let (brief, meaning) = match self {
+            Command(_) => ("the command's own", "the command ran and exited with it"),
+            Signaled(_) => ("the command killed", "the command died of signal N"),
+            Conflict(_) => (
+                "held elsewhere",
+                "the lock is held elsewhere (no wait, or the wait ran out): the command was not run",
+            ),
+            LockLost => (
+                "lock lost",
+                "the lock was lost while the command ran: lockrun stopped it",
+            ),
+            Usage => (
+                "usage error",
+                "usage error: a bad option, variable, URL, key or password file",
+            ),
+            Unavailable => (
+                "Redis unavailable",
+                "Redis unavailable before the command started, or it refused lockrun \
+                 (authentication, ACL)",
+            ),
+            Internal => ("internal error", "internal error: a bug in lockrun"),
+            OsError => (
+                "a limit of this machine",
+                "a limit of this machine: no process, descriptor or memory left",
+            ),
+            IoError => (
+                "output not written",
+                "lockrun's own output could not be written",
+            ),
+            NotExecutable => ("not executable", "the command is not executable"),
+            NotFound => (
+                "not found",
+                "the command (or its script's #! interpreter) was not found",
+            ),
+            Aborted(_) => (
+                "stopped before the command started",
+                "lockrun was stopped by signal N before the command started",
+            ),
+        };
+        let code = match self {
+            Command(_) => "its own".to_string(),
+            Signaled(_) | Aborted(_) => "128+N".to_string(),
+            Conflict(_) => format!("{DEFAULT_CONFLICT} (or -E)"),
+            fixed => fixed.code().to_string(),
+        };
+        Summary {
+            code,
+            brief,
+            meaning,
         }
     }
 }
@@ -89,29 +173,42 @@ mod tests {
         assert_eq!(ExitCode::Aborted(2).code(), 130);
     }
 
+    /// Each kind of ending is documented once, in the docs' order, a fixed code under its own
+    /// number. A new variant fails to compile here until it has its place in the list.
     #[test]
-    fn wait_status_mapping() {
-        // Raw wait statuses as the kernel encodes them: exit code in the second byte,
-        // terminating signal in the low seven bits.
+    fn every_ending_is_documented_once() {
+        use ExitCode::*;
+        let place = |c: ExitCode| match c {
+            Command(_) => 0,
+            Signaled(_) => 1,
+            Conflict(_) => 2,
+            LockLost => 3,
+            Usage => 4,
+            Unavailable => 5,
+            Internal => 6,
+            OsError => 7,
+            IoError => 8,
+            NotExecutable => 9,
+            NotFound => 10,
+            Aborted(_) => 11,
+        };
+        let places: Vec<usize> = ExitCode::DOCUMENTED.into_iter().map(place).collect();
+        assert_eq!(places, (0..12).collect::<Vec<_>>());
+        for c in ExitCode::DOCUMENTED {
+            let s = c.summary();
+            assert!(!s.meaning.is_empty() && !s.brief.is_empty(), "{c:?}");
+            if !matches!(c, Command(_) | Signaled(_) | Aborted(_)) {
+                assert!(s.code.starts_with(&c.code().to_string()), "{c:?}: {s:?}");
+            }
+        }
+        assert_eq!(ExitCode::Usage.summary().briefly(), "64 usage error");
         assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(0)),
-            ExitCode::Command(0)
+            ExitCode::Conflict(0).summary().briefly(),
+            "75 (or -E) held elsewhere"
         );
         assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(42 << 8)),
-            ExitCode::Command(42)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(255 << 8)),
-            ExitCode::Command(255)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(9)),
-            ExitCode::Signaled(9)
-        );
-        assert_eq!(
-            ExitCode::from_status(ExitStatus::from_raw(15 | 0x80)),
-            ExitCode::Signaled(15)
+            ExitCode::Command(3).summary().briefly(),
+            "the command's own"
         );
     }
 }

@@ -9,7 +9,7 @@
 //! - [`watchdog`]: lease renewal while the job runs
 //! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
 //!   its process group, reaping
-//! - [`exit_codes`]: how every ending maps to a process exit code
+//! - [`exit_codes`]: how every ending maps to a process exit code, and what each code means
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place

@@ -5,6 +5,7 @@
 //! subcommands of [`super::command`].
 
 use super::{parse_key, Connection, Logs};
+use crate::exit_codes::ExitCode;
 
 /// An empty pattern matches no key: said, rather than an empty list that looks like no locks.
 fn parse_pattern(s: &str) -> Result<String, String> {
@@ -16,32 +17,32 @@ fn parse_pattern(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A command's exit codes, then those every command shares.
-macro_rules! exit_codes {
-    ($own:literal) => {
-        concat!(
-            "Exit codes: ",
-            $own,
-            "; 64 usage error, or a key that is not a lockrun lock; 69 Redis unavailable."
-        )
-    };
+/// A command's exit codes, then those every command shares: a usage error (for these commands
+/// also a key that is not a lockrun lock) and Redis unavailable.
+fn exit_codes(own: &str) -> String {
+    format!(
+        "Exit codes: {own}; {}, or a key that is not a lockrun lock; {}.",
+        ExitCode::Usage.summary().briefly(),
+        ExitCode::Unavailable.summary().briefly()
+    )
 }
+
 #[derive(Debug, clap::Subcommand)]
 pub enum Verb {
     /// Who holds KEY, since when, its TTL, fence and queue
-    #[command(after_help = exit_codes!("0 held, 1 free"))]
+    #[command(after_help = exit_codes("0 held, 1 free"))]
     Status(Status),
     /// Every held lock, sorted by key (--all: also free ones)
-    #[command(after_help = exit_codes!("0 (also when none)"))]
+    #[command(after_help = exit_codes("0 (also when none)"))]
     List(List),
     /// Delete a stuck lock (needs --force); logs what was deleted
-    #[command(after_help = exit_codes!("0 deleted, 1 no lock"))]
+    #[command(after_help = exit_codes("0 deleted, 1 no lock"))]
     Release(Release),
     /// The last runs of KEY, newest first: when, host, pid, fence, outcome
-    #[command(after_help = exit_codes!("0 (also when none)"))]
+    #[command(after_help = exit_codes("0 (also when none)"))]
     History(History),
     /// Check a Redis server for lock safety, one line per finding
-    #[command(after_help = exit_codes!("0 fine, 1 a finding is warn or fail"))]
+    #[command(after_help = exit_codes("0 fine, 1 a finding is warn or fail"))]
     Doctor(Doctor),
 }
 

@@ -480,6 +480,85 @@ fn the_readme_options_table_lists_every_option_in_help() {
     assert_eq!(help_vars, table_vars, "--help vs the guide's Options table");
 }
 
+/// The exit codes have one source, `ExitCode::summary`: `--help` says its lines, the README's
+/// table says the same lines, and the guide's Exit codes section gives every cause of the same
+/// codes, in the same order. A code or a meaning changed in one place and not the others fails
+/// here.
+#[test]
+fn the_readme_and_the_guide_list_the_exit_codes_help_says() {
+    use ::lockrun::exit_codes::ExitCode;
+    let documented: Vec<(String, String)> = ExitCode::DOCUMENTED
+        .into_iter()
+        .map(|c| {
+            let s = c.summary();
+            (s.code, s.meaning.to_string())
+        })
+        .collect();
+    let codes = |rows: &[(String, String)]| -> Vec<String> {
+        rows.iter().map(|(code, _)| code.clone()).collect()
+    };
+
+    // `--help`: a row is "  <code>  <meaning>", its meaning wrapped onto indented lines.
+    let mut cmd = Lockrun::bare();
+    cmd.arg("--help");
+    let help = stdout_of(&run(cmd));
+    let mut in_help: Vec<(String, String)> = Vec::new();
+    let section = help
+        .split("\nExit codes:\n")
+        .nth(1)
+        .expect("--help's Exit codes");
+    for line in section.lines().take_while(|l| !l.is_empty()) {
+        let text = line.trim_start();
+        if line.len() - text.len() == 2 {
+            let (code, meaning) = text.split_once("  ").expect(line);
+            in_help.push((code.to_string(), meaning.trim_start().to_string()));
+        } else {
+            let (_, meaning) = in_help.last_mut().expect(line);
+            meaning.push(' ');
+            meaning.push_str(text);
+        }
+    }
+    assert_eq!(in_help, documented, "--help vs ExitCode::summary");
+
+    // A markdown file's `## Exit codes` section, without code spans' backticks.
+    let section_of = |path: &str| -> String {
+        let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let after = text
+            .split("\n## Exit codes\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{path} has no Exit codes section"));
+        after.split("\n## ").next().unwrap().replace('`', "")
+    };
+
+    // The README: one table row per code, the same line.
+    let readme: Vec<(String, String)> = section_of("README.md")
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| code |"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
+            assert_eq!(cells.len(), 2, "{l}");
+            (cells[0].trim().to_string(), cells[1].trim().to_string())
+        })
+        .collect();
+    assert_eq!(
+        readme, documented,
+        "README.md's Exit codes table vs ExitCode::summary"
+    );
+
+    // The guide: one item per code, `- **<code>**: every cause`.
+    let guide: Vec<String> = section_of("docs/guide.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix("- **"))
+        .map(|l| l.split("**").next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        guide,
+        codes(&documented),
+        "docs/guide.md's Exit codes vs ExitCode::summary"
+    );
+}
+
 #[test]
 fn a_waiter_outlasts_a_redis_that_is_not_up_yet() {
     // A CI job queued with --wait while its Redis restarts: lockrun starts first, the server
