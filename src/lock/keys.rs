@@ -121,7 +121,7 @@ impl Holder {
         let pid = std::process::id();
         let value = format!(
             "{id} host={host} pid={pid} started={} program={}",
-            crate::logging::utc_now(),
+            crate::utc::now(),
             program_name(program)
         );
         Holder {

@@ -141,7 +141,7 @@ pub fn holder_started(value: &str) -> Option<std::time::SystemTime> {
         return None; // not lockrun's value
     }
     let started = rest.split(' ').find_map(|w| w.strip_prefix("started="))?;
-    let secs = crate::logging::parse_utc(started)?;
+    let secs = crate::utc::parse(started)?;
     Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 

@@ -167,7 +167,7 @@ impl HolderInfo {
     /// How long ago `started` was, by our clock (whole seconds): how long a lock has been held
     /// when the server's reading ([`Inspection::held_for`]) is not to be had.
     fn held_for(&self) -> Option<Duration> {
-        let started = crate::logging::parse_utc(self.started.as_deref()?)?;
+        let started = crate::utc::parse(self.started.as_deref()?)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?
