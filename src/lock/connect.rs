@@ -346,7 +346,7 @@ impl Connector {
                 answer.map(|(named, _)| named)
             });
         }
-        let need = count / 2 + 1;
+        let need = super::quorum(count);
         let mut named: Vec<(Primary, usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         while let Some(joined) = asks.join_next().await {

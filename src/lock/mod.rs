@@ -35,6 +35,12 @@ pub fn jitter(max: Duration) -> Duration {
     Duration::from_micros(u64::from(nanos) % max)
 }
 
+/// How many of `n` voters make a majority (1 of 1, 2 of 3, 3 of 5): the Redlock masters that
+/// must agree on a lock, the sentinels that must name one primary.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
 /// What to ask for: a key, a lease length, and how many holders may share it.
 #[derive(Clone, Debug)]
 pub struct LockSpec {
@@ -277,6 +283,12 @@ pub trait LockService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quorum_is_more_than_half() {
+        let quorums: Vec<usize> = (1..=6).map(quorum).collect();
+        assert_eq!(quorums, [1, 2, 2, 3, 3, 4]);
+    }
 
     #[test]
     fn the_public_id_is_sha1_hex_as_redis_computes_it() {

@@ -160,7 +160,7 @@ pub async fn run(
             format!(
                 "{} independent masters: each lock needs a majority ({}); each is checked below",
                 nodes.len(),
-                super::quorum(nodes.len())
+                crate::lock::quorum(nodes.len())
             ),
         );
         out.add(top, f, None);

@@ -17,7 +17,7 @@ use crate::cli::verbs::Verb;
 use crate::exit_codes::ExitCode;
 use crate::lock::inspect::Inspection;
 use crate::lock::redis::RedisLock;
-use crate::lock::{describe_holder, LockError};
+use crate::lock::{describe_holder, quorum, LockError};
 use std::time::Duration;
 use tracing::error;
 
@@ -41,11 +41,6 @@ pub async fn main(verb: Verb, mut nodes: Vec<RedisLock>) -> ExitCode {
 fn failed(e: &LockError) -> ExitCode {
     error!("{e}");
     e.exit_code()
-}
-
-/// The majority of `n` masters (1 of 1).
-fn quorum(n: usize) -> usize {
-    n / 2 + 1
 }
 
 /// Asks every node; with several masters, nodes that fail are tolerated as long as a majority
