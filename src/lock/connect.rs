@@ -9,8 +9,8 @@
 //! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
-use super::errors::{is_dropped, local_limit, refusal};
 use super::failure::{At, Cause, Kind, Unsupported};
+use super::redis_errors::{is_dropped, local_limit, refusal};
 use super::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -142,7 +142,7 @@ impl Connector {
                     "{} '{}' or TLS files: {}",
                     super::url::INVALID,
                     endpoint.shown,
-                    super::errors::config_words(&e)
+                    super::redis_errors::config_words(&e)
                 ))
             })
         };
@@ -455,7 +455,7 @@ fn cluster_client(
                 "{} '{}' or TLS files: {}",
                 super::url::INVALID,
                 endpoint.shown,
-                super::errors::config_words(&e)
+                super::redis_errors::config_words(&e)
             ))
         })
 }

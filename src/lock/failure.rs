@@ -1,7 +1,7 @@
 //! Why a lock request failed, as data: what kind of failure it is (what the run and the
 //! operators' commands decide by), the server it concerns as users may see it, and whatever
 //! words its message needs. [`fmt::Display`] renders the message; nothing reads it back.
-//! (`errors.rs` decides the kind of a redis-rs error; this module only says it.)
+//! (`redis_errors.rs` decides the kind of a redis-rs error; this module only says it.)
 
 use super::url::Secrets;
 use crate::duration::Human;

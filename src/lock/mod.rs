@@ -9,13 +9,13 @@
 pub mod backend;
 pub mod connect;
 pub mod endpoint;
-pub mod errors;
 pub mod failure;
 pub mod holder;
 pub mod inspect;
 pub mod keys;
 pub mod probe;
 pub mod redis;
+pub mod redis_errors;
 pub mod redlock;
 pub mod scripts;
 pub mod url;
