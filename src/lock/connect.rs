@@ -376,9 +376,10 @@ impl Connector {
             }
         }
         let shown = &self.endpoint.shown;
-        let server = |kind: Kind| LockError::on(shown, kind.scrubbed(&self.endpoint.secrets));
+        let server =
+            |kind: Kind| LockError::on(shown, kind.scrubbed(|w| self.endpoint.secrets.scrub(w)));
         let sentinels = |kind: Kind| {
-            let kind = kind.scrubbed(&self.endpoint.secrets);
+            let kind = kind.scrubbed(|w| self.endpoint.secrets.scrub(w));
             LockError::new(kind, At::Sentinels(shown.clone()))
         };
         let service = service.to_string();

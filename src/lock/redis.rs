@@ -195,7 +195,7 @@ impl RedisLock {
 
     /// An error of this server, the server's words in it scrubbed of every password.
     pub(super) fn error(&self, kind: Kind) -> LockError {
-        LockError::on(&self.shown, kind.scrubbed(&self.secrets))
+        LockError::on(&self.shown, kind.scrubbed(|w| self.secrets.scrub(w)))
     }
 
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
