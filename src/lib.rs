@@ -11,6 +11,7 @@
 //!   its process group, reaping
 //! - [`exit_codes`]: how every ending maps to a process exit code, and what each code means
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
+//! - [`utc`]: UTC times as text (the holder value, the run history, an error line before logging starts)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
@@ -34,6 +35,7 @@ pub mod signals;
 pub mod spawn;
 pub mod stdio;
 pub mod supervisor;
+pub mod utc;
 pub mod watchdog;
 
 use exit_codes::ExitCode;
@@ -65,7 +67,7 @@ fn run() -> ExitCode {
         Err(code) => return output::finish(code),
     };
     // Before any usage error the plan finds: those are log lines, in the format asked for.
-    if let Err(code) = logging::init_logging(&args.logs) {
+    if let Err(code) = init_logging(&args.logs) {
         return code;
     }
     // From here on every ending is a run to record: the options are known, and a metrics file
@@ -119,7 +121,7 @@ fn run_with(
 
 /// An operators' command: logging, its servers resolved, the runtime, the command.
 fn operate(verb: cli::verbs::Verb) -> ExitCode {
-    if let Err(code) = logging::init_logging(&verb.common().logs) {
+    if let Err(code) = init_logging(&verb.common().logs) {
         return code;
     }
     let nodes = match plan::operation(&verb) {
@@ -133,6 +135,11 @@ fn operate(verb: cli::verbs::Verb) -> ExitCode {
         Ok(runtime) => runtime.block_on(ops::main(verb, nodes)),
         Err(code) => code,
     }
+}
+
+/// Logging as the command line's `-q`, `-v` and `--log-format` say.
+fn init_logging(logs: &cli::Logs) -> Result<(), ExitCode> {
+    logging::init_logging(logs.quiet, logs.quiet_given, logs.verbose, logs.log_format)
 }
 
 /// Host names resolve from /etc/hosts and DNS only, in the static build (what packaging ships,

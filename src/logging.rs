@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tracing::{Level, Metadata};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 use tracing_subscriber::fmt::MakeWriter;
@@ -16,21 +16,28 @@ pub enum Format {
 }
 
 /// Logging as `-q`/`-v`/`--log-format` and `LOCKRUN_LOG` say (the run form and every other
-/// command); a bad `LOCKRUN_LOG` is a usage error, said in one line.
-pub fn init_logging(logs: &crate::cli::Logs) -> Result<(), crate::exit_codes::ExitCode> {
+/// command); a bad `LOCKRUN_LOG` is a usage error, said in one line. `quiet` is `-q` or
+/// `LOCKRUN_QUIET`, `quiet_given` whether `-q` was on the command line itself, `verbose` how
+/// many `-v`.
+pub fn init_logging(
+    quiet: bool,
+    quiet_given: bool,
+    verbose: u8,
+    format: Format,
+) -> Result<(), crate::exit_codes::ExitCode> {
     use crate::exit_codes::ExitCode;
     let env_filter = std::env::var("LOCKRUN_LOG").ok();
-    let json = logs.log_format == Format::Json;
+    let json = format == Format::Json;
     // -v wins over LOCKRUN_QUIET (a flag over a variable); -q -v on one line conflict.
-    let quiet = logs.quiet && (logs.verbose == 0 || logs.quiet_given);
-    if quiet && logs.verbose > 0 {
+    let quiet = quiet && (verbose == 0 || quiet_given);
+    if quiet && verbose > 0 {
         print_early_error(
             "-q (--quiet) and -v (--verbose) cannot be used together (see 'lockrun --help')",
             json,
         );
         return Err(ExitCode::Usage);
     }
-    init(quiet, logs.verbose, env_filter.as_deref(), logs.log_format).map_err(|msg| {
+    init(quiet, verbose, env_filter.as_deref(), format).map_err(|msg| {
         print_early_error(&msg, json);
         ExitCode::Usage
     })
@@ -382,7 +389,7 @@ pub fn print_early_error(message: &str, json: bool) {
     let journal = stderr_is_journal();
     if json {
         let line = serde_json::json!({
-            "timestamp": utc_now(),
+            "timestamp": crate::utc::now(),
             "level": "ERROR",
             "message": message,
         });
@@ -419,63 +426,9 @@ pub fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// The current UTC time as `2026-11-21T23:40:00Z`, for the holder value an operator reads.
-pub fn utc_now() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format_utc(secs)
-}
-
-/// Unix seconds → `2024-01-02T03:04:05Z`.
-pub fn format_utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (proleptic Gregorian), valid for any date after 1970.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// `2024-01-02T03:04:05Z` (or with fractional seconds) → Unix seconds.
-pub fn parse_utc(s: &str) -> Option<u64> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-').map(|x| x.parse::<i64>());
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = time.split(':');
-    let (h, min) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let sec = t.next()?.split('.').next()?.parse::<i64>().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + min * 60 + sec).ok()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{escape_controls, format_utc, parse_utc, Queue, QUEUE_LINES};
+    use super::{escape_controls, Queue, QUEUE_LINES};
 
     #[test]
     fn log_filters_are_levels_or_target_directives() {
@@ -516,25 +469,5 @@ mod tests {
             q.lines.back().unwrap(),
             format!("{}\n", QUEUE_LINES + 2).as_bytes()
         );
-    }
-
-    #[test]
-    fn utc_formatting() {
-        assert_eq!(format_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(format_utc(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(format_utc(1_795_303_845), "2026-11-21T23:30:45Z");
-    }
-
-    #[test]
-    fn utc_times_round_trip() {
-        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_utc("2024-01-02T03:04:05Z"), Some(1_704_164_645));
-        assert_eq!(parse_utc("2024-01-02T03:04:05.250Z"), Some(1_704_164_645));
-        assert_eq!(
-            crate::logging::format_utc(1_704_164_645),
-            "2024-01-02T03:04:05Z"
-        );
-        assert_eq!(parse_utc("2000-02-29T00:00:00Z"), Some(951_782_400));
-        assert_eq!(parse_utc("yesterday"), None);
     }
 }

@@ -11,7 +11,7 @@ use crate::cli::verbs::Verb;
 use crate::cli::{Args, Connection, OnLost};
 use crate::duration::{Human, Wait};
 use crate::lock::backend::Backend;
-use crate::lock::redis::{Access, RedisLock};
+use crate::lock::redis::{ConnectOptions, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::LockSpec;
@@ -106,10 +106,10 @@ pub fn operation(verb: &Verb) -> Result<Vec<RedisLock>, Usage> {
 fn connection(conn: &Connection) -> Result<Vec<RedisLock>, Usage> {
     let urls = urls(&conn.redis).map_err(|u| of_urls(conn, u.0))?;
     let timeout = conn.node_timeout.unwrap_or(OPERATOR_TIMEOUT);
-    let access = access(conn)?;
+    let options = connect_options(conn)?;
     let nodes = urls
         .iter()
-        .map(|url| RedisLock::new(url, &access, timeout).map_err(|e| of_url(conn, e)))
+        .map(|url| RedisLock::new(url, &options, timeout).map_err(|e| of_url(conn, e)))
         .collect::<Result<Vec<_>, _>>()?;
     crate::lock::redlock::distinct(&nodes).map_err(|e| of_urls(conn, e))?;
     Ok(nodes)
@@ -167,14 +167,14 @@ fn backend(args: &Args) -> Result<Backend, Usage> {
         None if urls.len() == 1 => request_timeout(args.ttl),
         None => node_timeout(args.ttl),
     };
-    let access = access(&args.conn)?;
-    if access.insecure {
+    let options = connect_options(&args.conn)?;
+    if options.insecure {
         warn!("--tls-insecure: the server's certificate is not verified; anyone on the network path can impersonate it");
     }
     let mut nodes = urls
         .iter()
         .map(|url| {
-            RedisLock::new(url, &access, timeout)
+            RedisLock::new(url, &options, timeout)
                 .map(|l| l.with_acks(args.acks, args.fsync))
                 .map_err(|e| of_url(&args.conn, e))
         })
@@ -188,9 +188,9 @@ fn backend(args: &Args) -> Result<Backend, Usage> {
 
 /// How to reach and authenticate to the server(s), from the options and the environment
 /// (`LOCKRUN_REDIS_PASSWORD`, `LOCKRUN_SENTINEL_PASSWORD`; password files are read here).
-fn access(conn: &Connection) -> Result<Access, Usage> {
+fn connect_options(conn: &Connection) -> Result<ConnectOptions, Usage> {
     let env = |name: &str| std::env::var_os(name);
-    Ok(Access {
+    Ok(ConnectOptions {
         creds: Credentials::from_options(
             conn.redis_user.as_deref(),
             env("LOCKRUN_REDIS_PASSWORD"),

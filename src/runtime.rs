@@ -11,7 +11,7 @@ pub fn build() -> Result<tokio::runtime::Runtime, ExitCode> {
         .enable_time()
         .build()
         .map_err(
-            |e| match crate::lock::errors::local_limit_of(e.raw_os_error(), "") {
+            |e| match crate::lock::redis_errors::local_limit_of(e.raw_os_error(), "") {
                 // Its epoll and event descriptors are lockrun's first: a descriptor limit shows here.
                 Some(why) => {
                     tracing::error!("cannot start: {why}");

@@ -9,8 +9,8 @@
 //! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
 
 use super::endpoint::{Endpoint, Shape};
-use super::errors::{is_dropped, local_limit, refusal};
 use super::failure::{At, Cause, Kind, Unsupported};
+use super::redis_errors::{is_dropped, local_limit, refusal};
 use super::LockError;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -142,7 +142,7 @@ impl Connector {
                     "{} '{}' or TLS files: {}",
                     super::url::INVALID,
                     endpoint.shown,
-                    super::errors::config_words(&e)
+                    super::redis_errors::config_words(&e)
                 ))
             })
         };
@@ -346,7 +346,7 @@ impl Connector {
                 answer.map(|(named, _)| named)
             });
         }
-        let need = count / 2 + 1;
+        let need = super::quorum(count);
         let mut named: Vec<(Primary, usize)> = Vec::new();
         let (mut unknown, mut last) = (0, None);
         while let Some(joined) = asks.join_next().await {
@@ -376,9 +376,10 @@ impl Connector {
             }
         }
         let shown = &self.endpoint.shown;
-        let server = |kind: Kind| LockError::on(shown, kind.scrubbed(&self.endpoint.secrets));
+        let server =
+            |kind: Kind| LockError::on(shown, kind.scrubbed(|w| self.endpoint.secrets.scrub(w)));
         let sentinels = |kind: Kind| {
-            let kind = kind.scrubbed(&self.endpoint.secrets);
+            let kind = kind.scrubbed(|w| self.endpoint.secrets.scrub(w));
             LockError::new(kind, At::Sentinels(shown.clone()))
         };
         let service = service.to_string();
@@ -455,7 +456,7 @@ fn cluster_client(
                 "{} '{}' or TLS files: {}",
                 super::url::INVALID,
                 endpoint.shown,
-                super::errors::config_words(&e)
+                super::redis_errors::config_words(&e)
             ))
         })
 }

@@ -1,9 +1,8 @@
 //! Why a lock request failed, as data: what kind of failure it is (what the run and the
 //! operators' commands decide by), the server it concerns as users may see it, and whatever
 //! words its message needs. [`fmt::Display`] renders the message; nothing reads it back.
-//! (`errors.rs` decides the kind of a redis-rs error; this module only says it.)
+//! (`redis_errors.rs` decides the kind of a redis-rs error; this module only says it.)
 
-use super::url::Secrets;
 use crate::duration::Human;
 use std::fmt;
 use std::time::Duration;
@@ -273,9 +272,10 @@ pub struct NoMajority {
 }
 
 impl Kind {
-    /// The same, with every password replaced in the words a server or redis-rs said.
-    pub fn scrubbed(self, secrets: &Secrets) -> Kind {
-        let scrub = |words: String| secrets.scrub(&words);
+    /// The same, with `scrub` (which replaces every password: `url::Secrets::scrub`) applied
+    /// to the words a server or redis-rs said.
+    pub fn scrubbed(self, scrub: impl Fn(&str) -> String) -> Kind {
+        let scrub = |words: String| scrub(&words);
         match self {
             Kind::Denied(Denied::Command { command, on, words }) => Kind::Denied(Denied::Command {
                 command,

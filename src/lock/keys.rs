@@ -1,7 +1,7 @@
 //! What lockrun keeps beside a lock and how it is named: the helper keys (fencing counter,
-//! waiter queue, tickets, wake-up channel, run history), the holder's identity written into
-//! the lock's value, and the history entry a script appends. No I/O: the single-node protocol
-//! (redis.rs) and the operators' reads (inspect.rs) both build on these names.
+//! waiter queue, tickets, wake-up channel, run history) and the history entry a script appends
+//! (the lock's own value, the holder's, is [`super::holder`]'s). No I/O: the single-node
+//! protocol (redis.rs) and the operators' reads (inspect.rs) both build on these names.
 
 use super::{Holder, LockSpec, Note};
 
@@ -107,60 +107,6 @@ pub(super) fn has_hash_tag(key: &str) -> bool {
     }
 }
 
-impl Holder {
-    /// A fresh holder identity: 128 random bits from the OS (the secret token), the public id
-    /// derived from it, plus who and where we are, and which program the lock is for.
-    pub fn new(program: &std::ffi::OsStr) -> Holder {
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let id = super::public_id(&token);
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .map(|h| one_word(&h))
-            .unwrap_or_else(|| "unknown".into());
-        let pid = std::process::id();
-        let value = format!(
-            "{id} host={host} pid={pid} started={} program={}",
-            crate::logging::utc_now(),
-            program_name(program)
-        );
-        Holder {
-            token,
-            id,
-            value,
-            host,
-            pid,
-        }
-    }
-}
-
-/// The command's file name as one word of the holder value (what `lockrun status` shows):
-/// only the last path component, as `ps` would show it (a directory may say more than its
-/// operators want every client to read), at most 64 characters, anything that is not a
-/// printable non-space character replaced by `?`.
-pub fn program_name(program: &std::ffi::OsStr) -> String {
-    let lossy = program.to_string_lossy();
-    let base = lossy.rsplit('/').next().unwrap_or_default();
-    let name = one_word(&base.chars().take(64).collect::<String>());
-    if name.is_empty() {
-        "?".into()
-    } else {
-        name
-    }
-}
-
-fn one_word(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() || c.is_whitespace() {
-                '?'
-            } else {
-                c
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,15 +124,5 @@ mod tests {
         // The old scheme gave `a` and `{a}` one counter; the marker keeps them apart.
         assert_ne!(helper_key("a", "fence"), helper_key("{a}", "fence"));
         assert_ne!(helper_key("a", "fence"), helper_key("{a}:fence", "fence"));
-    }
-
-    #[test]
-    fn holder_value_starts_with_the_public_id_and_never_shows_the_token() {
-        let h = Holder::new(std::ffi::OsStr::new("job"));
-        assert_eq!(h.token.len(), 32);
-        assert_eq!(h.id, crate::lock::public_id(&h.token));
-        assert!(h.value.starts_with(&format!("{} host=", h.id)));
-        assert!(!h.value.contains(&h.token));
-        assert_ne!(Holder::new(std::ffi::OsStr::new("job")).token, h.token);
     }
 }

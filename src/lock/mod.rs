@@ -9,18 +9,20 @@
 pub mod backend;
 pub mod connect;
 pub mod endpoint;
-pub mod errors;
 pub mod failure;
+pub mod holder;
 pub mod inspect;
 pub mod keys;
 pub mod probe;
 pub mod redis;
+pub mod redis_errors;
 pub mod redlock;
 pub mod scripts;
 pub mod url;
 
 pub use crate::clock_rate::Reading;
 pub use failure::LockError;
+pub use holder::{describe_holder, holder_started, public_id, Holder};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -33,6 +35,12 @@ pub fn jitter(max: Duration) -> Duration {
         ^ std::process::id().wrapping_mul(2_654_435_761);
     let max = max.as_micros().max(1) as u64;
     Duration::from_micros(u64::from(nanos) % max)
+}
+
+/// How many of `n` voters make a majority (1 of 1, 2 of 3, 3 of 5): the Redlock masters that
+/// must agree on a lock, the sentinels that must name one primary.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
 }
 
 /// What to ask for: a key, a lease length, and how many holders may share it.
@@ -88,61 +96,6 @@ pub struct Note {
     pub exit_code: Option<i32>,
     /// From lockrun's start (waiting included) to the end of the run.
     pub duration: Duration,
-}
-
-/// Who we are, under two names. Reentrancy trusts whoever presents the holder's name, while
-/// everything in Redis is readable by any client and every log line by any operator: so the
-/// name that is trusted is never stored, published or logged, and the name that is shown
-/// cannot be turned back into it.
-#[derive(Clone, Debug)]
-pub struct Holder {
-    /// The secret: 128 random bits (UUID v4, hex). Given to the job alone (`LOCKRUN_TOKEN`);
-    /// never sent to Redis, where `MONITOR` and `SLOWLOG` would show it to other clients.
-    pub token: String,
-    /// The public name: [`public_id`] of `token`. The lock value, semaphore members, waiter
-    /// queue members and wake-up messages carry this; ownership is decided by it (a holder
-    /// compares its own value or id), reentrancy by presenting a token that hashes to it.
-    pub id: String,
-    /// `<id> host=<h> pid=<p> started=<utc> program=<name>`: what `redis-cli GET <KEY>` shows.
-    pub value: String,
-    pub host: String,
-    pub pid: u32,
-}
-
-/// Lowercase hex SHA-1 of a token (as Redis Lua's `redis.sha1hex` would give it). The reentrancy
-/// check hashes the token it was given and looks for the result, so the id itself is useless
-/// as a token. SHA-1's known weakness is collisions, not preimages, and the token has 128
-/// random bits: knowing the id gives no way back to the token.
-pub fn public_id(token: &str) -> String {
-    sha1_smol::Sha1::from(token).digest().to_string()
-}
-
-/// What a log line may say about the holder whose value is `value`: `host=<h> pid=<p>
-/// started=<utc> program=<name>`, without the first word (the holder's public id). A value
-/// lockrun did not write (set by hand, a reservation note) is shown as it is; the logger
-/// escapes it.
-pub fn describe_holder(value: &str) -> &str {
-    if let Some((_, rest)) = value.split_once(' ') {
-        let mut words = rest.split(' ');
-        let shaped = ["host=", "pid=", "started=", "program="]
-            .iter()
-            .all(|prefix| words.next().is_some_and(|w| w.starts_with(prefix)));
-        if shaped && words.next().is_none() {
-            return rest;
-        }
-    }
-    value
-}
-
-/// When the holder whose value this is started (its `started=`), if lockrun wrote the value.
-pub fn holder_started(value: &str) -> Option<std::time::SystemTime> {
-    let rest = describe_holder(value);
-    if rest.len() == value.len() {
-        return None; // not lockrun's value
-    }
-    let started = rest.split(' ').find_map(|w| w.strip_prefix("started="))?;
-    let secs = crate::logging::parse_utc(started)?;
-    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 /// A lock we hold.
@@ -277,47 +230,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_public_id_is_sha1_hex_as_redis_computes_it() {
-        // FIPS 180 test vector; redis.sha1hex("abc") gives the same lowercase hex.
-        assert_eq!(public_id("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
-        assert_eq!(public_id("").len(), 40);
-    }
-
-    #[test]
-    fn a_holders_start_is_read_from_its_value() {
-        let id = public_id("secret");
-        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z program=x");
-        let secs = |v: &str| {
-            holder_started(v).map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
-        };
-        assert_eq!(secs(&value), Some(1_704_164_645));
-        // A value lockrun did not write says nothing about a start.
-        assert_eq!(secs("started=2024-01-02T03:04:05Z"), None);
-        assert_eq!(
-            secs(&format!("{id} host=h1 pid=42 started=soon program=x")),
-            None
-        );
-    }
-
-    #[test]
-    fn a_holder_is_described_without_its_first_word() {
-        let id = public_id("secret");
-        let value = format!("{id} host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh");
-        assert_eq!(
-            describe_holder(&value),
-            "host=h1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh"
-        );
-        // Anything else is shown as it is.
-        for other in [
-            "someone",
-            "abc host=x",
-            "reserved for a queued waiter",
-            "a host=h pid=1 started=x",
-            "a host=h pid=1 started=x extra",
-            "a host=h pid=1 started=x program=p extra",
-            "",
-        ] {
-            assert_eq!(describe_holder(other), other);
-        }
+    fn a_quorum_is_more_than_half() {
+        let quorums: Vec<usize> = (1..=6).map(quorum).collect();
+        assert_eq!(quorums, [1, 2, 2, 3, 3, 4]);
     }
 }

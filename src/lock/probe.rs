@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// What one probing command got back.
 #[derive(Debug)]
-pub enum Probe {
+pub enum ProbeReply {
     Answer(Value),
     /// The ACL does not let this user run it (NOPERM): the check that needed it cannot be made.
     Denied,
@@ -30,7 +30,7 @@ impl RedisLock {
         &mut self,
         cmd: redis::Cmd,
         at: Option<(&str, u16)>,
-    ) -> Result<Probe, LockError> {
+    ) -> Result<ProbeReply, LockError> {
         probed(self.request(cmd, at).await)
     }
 
@@ -40,14 +40,19 @@ impl RedisLock {
         &mut self,
         cmds: &[redis::Cmd],
         at: Option<(&str, u16)>,
-    ) -> Result<Vec<Probe>, LockError> {
+    ) -> Result<Vec<ProbeReply>, LockError> {
         let replies = match self.request_all(cmds, at).await {
             Ok(replies) => replies,
             // The pipeline as a whole was answered with an error: each command was.
             Err(LockError {
                 kind: Kind::Misuse(Misuse::Answered(answer)),
                 ..
-            }) => return Ok(cmds.iter().map(|_| Probe::Error(answer.clone())).collect()),
+            }) => {
+                return Ok(cmds
+                    .iter()
+                    .map(|_| ProbeReply::Error(answer.clone()))
+                    .collect())
+            }
             Err(e) => return Err(e),
         };
         replies.into_iter().map(probed).collect()
@@ -145,17 +150,17 @@ pub struct LockProbe {
 }
 
 /// One reply as [`RedisLock::probe`] tells it.
-fn probed(reply: Result<Value, LockError>) -> Result<Probe, LockError> {
+fn probed(reply: Result<Value, LockError>) -> Result<ProbeReply, LockError> {
     match reply {
-        Ok(v) => Ok(Probe::Answer(v)),
+        Ok(v) => Ok(ProbeReply::Answer(v)),
         Err(LockError {
             kind: Kind::Denied(_),
             ..
-        }) => Ok(Probe::Denied),
+        }) => Ok(ProbeReply::Denied),
         Err(LockError {
             kind: Kind::Misuse(Misuse::Answered(answer)),
             ..
-        }) => Ok(Probe::Error(answer)),
+        }) => Ok(ProbeReply::Error(answer)),
         Err(e) => Err(e),
     }
 }
@@ -174,7 +179,7 @@ mod tests {
         });
         assert!(matches!(
             probed(Err(LockError::on("unix:///s", denied))),
-            Ok(Probe::Denied)
+            Ok(ProbeReply::Denied)
         ));
         for refused in [Kind::Auth(Auth::Wrong), Kind::NotRedis(NotRedis::Protocol)] {
             assert!(probed(Err(LockError::on("h", refused))).is_err());
@@ -189,6 +194,6 @@ mod tests {
             answered.to_string(),
             "Redis at h answered: ERR unknown command 'CONFIG'"
         );
-        assert!(matches!(probed(Err(answered)), Ok(Probe::Error(a)) if a == answer));
+        assert!(matches!(probed(Err(answered)), Ok(ProbeReply::Error(a)) if a == answer));
     }
 }

@@ -3,9 +3,9 @@
 
 use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
-use super::errors::{self, is_dropped, is_transient, refusal, Sent};
 use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
+use super::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
 use super::scripts::{self, Script};
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::{
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
 #[derive(Default)]
-pub struct Access {
+pub struct ConnectOptions {
     pub creds: Credentials,
     pub tls: TlsFiles,
     /// The sentinels' own password (not the data nodes').
@@ -64,13 +64,17 @@ pub struct RedisLock {
 impl RedisLock {
     /// Validates the URL and credentials without connecting (see [`endpoint::parse`]).
     /// `timeout` bounds connecting and every reply.
-    pub fn new(url: &str, access: &Access, timeout: Duration) -> Result<RedisLock, String> {
+    pub fn new(
+        url: &str,
+        options: &ConnectOptions,
+        timeout: Duration,
+    ) -> Result<RedisLock, String> {
         let endpoint = endpoint::parse(
             url,
-            &access.creds,
-            &access.tls,
-            access.sentinel_password.clone(),
-            access.insecure,
+            &options.creds,
+            &options.tls,
+            options.sentinel_password.clone(),
+            options.insecure,
         )?;
         let (shown, secrets) = (endpoint.shown.clone(), endpoint.secrets.clone());
         Ok(RedisLock {
@@ -161,7 +165,7 @@ impl RedisLock {
                 _ => return Err(self.unexpected(&Value::Array(v))),
             },
             Value::ServerError(e) => {
-                return Err(match errors::ack_refusal(&e, self.fsync) {
+                return Err(match redis_errors::ack_refusal(&e, self.fsync) {
                     Some(missing) => self.error(Kind::Unsupported(missing)),
                     None => self.unavailable(&e.into()),
                 });
@@ -191,7 +195,7 @@ impl RedisLock {
 
     /// An error of this server, the server's words in it scrubbed of every password.
     pub(super) fn error(&self, kind: Kind) -> LockError {
-        LockError::on(&self.shown, kind.scrubbed(&self.secrets))
+        LockError::on(&self.shown, kind.scrubbed(|w| self.secrets.scrub(w)))
     }
 
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
@@ -210,12 +214,12 @@ impl RedisLock {
     /// [`Self::unavailable`] for a failed `EVAL` of a script: a refusal can then name the
     /// command inside the script that the server would not run.
     fn failure(&self, e: &redis::RedisError, sent: Option<Sent>) -> LockError {
-        if let Some(limit) = errors::local_limit(e) {
+        if let Some(limit) = redis_errors::local_limit(e) {
             return self.error(Kind::Local(limit));
         }
         self.error(refusal(e, sent).unwrap_or_else(|| {
             Kind::Unavailable(Cause::Server {
-                trouble: errors::trouble(e),
+                trouble: redis_errors::trouble(e),
                 words: e.to_string(),
                 tls: self.tls(),
             })
@@ -395,7 +399,7 @@ impl RedisLock {
             self.conn = None;
             self.unavailable(e)
         } else {
-            self.error(Kind::Misuse(Misuse::Answered(errors::answer(e))))
+            self.error(Kind::Misuse(Misuse::Answered(redis_errors::answer(e))))
         }
     }
 
@@ -541,7 +545,7 @@ impl RedisLock {
         match reply {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
-            Err(e) if errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
+            Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
                 self.conn = None;
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Sentinel)),
@@ -564,7 +568,7 @@ impl RedisLock {
             // lockrun, whatever it is. Said with the server's own words, never the request's.
             Err(e) => {
                 self.conn = None;
-                let words = errors::server_words(&e);
+                let words = redis_errors::server_words(&e);
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Answered(words))),
                 ))
@@ -628,7 +632,7 @@ impl RedisLock {
                     .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
-            Err(e) if errors::evalsha_refused(&e) => {
+            Err(e) if redis_errors::evalsha_refused(&e) => {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
                 self.send(conn, "EVAL", script.text(), keys, args, ack, watched)

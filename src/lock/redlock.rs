@@ -133,7 +133,7 @@ impl Redlock {
     }
 
     fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        super::quorum(self.nodes.len())
     }
 
     /// Counts a node whose reply did not come within the node timeout ([`on_all`]) as

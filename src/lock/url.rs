@@ -313,7 +313,7 @@ pub fn target(url: &str, creds: &Credentials) -> Result<Target, String> {
         // nothing of the URL).
         let why = match ::url::Url::parse(url) {
             Err(parse) => parse.to_string(),
-            Ok(_) => super::errors::config_words(&e),
+            Ok(_) => super::redis_errors::config_words(&e),
         };
         invalid(&why, &secrets)
     })?;

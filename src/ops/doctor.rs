@@ -26,10 +26,10 @@ use crate::clock_rate::Rate;
 use crate::duration::Human;
 use crate::exit_codes::ExitCode;
 use crate::lock::keys::{helper_key, wake_channel};
-use crate::lock::probe::Probe;
+use crate::lock::probe::ProbeReply;
 use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
-use checks::{finding, Access, ClockSample, Finding, Info, Server, Verdict};
+use checks::{finding, AclVerdict, ClockSample, Finding, Info, Server, Verdict};
 use redis::Value;
 use serde_json::json;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -160,7 +160,7 @@ pub async fn run(
             format!(
                 "{} independent masters: each lock needs a majority ({}); each is checked below",
                 nodes.len(),
-                super::quorum(nodes.len())
+                crate::lock::quorum(nodes.len())
             ),
         );
         out.add(top, f, None);
@@ -230,11 +230,11 @@ async fn examine(
         .probe(redis::cmd("CLUSTER").arg("SLOTS").clone(), None)
         .await?
     {
-        Probe::Answer(v) => slot_ranges(&v),
+        ProbeReply::Answer(v) => slot_ranges(&v),
         denied_or_error => {
             out.answered();
             let why = match denied_or_error {
-                Probe::Error(e) => format!("CLUSTER SLOTS: {e}"),
+                ProbeReply::Error(e) => format!("CLUSTER SLOTS: {e}"),
                 _ => "CLUSTER SLOTS is denied to this user: the primaries cannot be listed".into(),
             };
             out.add(
@@ -278,7 +278,7 @@ async fn examine(
             .probe(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).clone(), None)
             .await
         {
-            Ok(Probe::Answer(Value::Int(s))) => Some(s),
+            Ok(ProbeReply::Answer(Value::Int(s))) => Some(s),
             _ => None,
         };
         let f = match slot {
@@ -363,11 +363,11 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// A reply, or why the check that needed it cannot be made (`name`: the command, for that).
-fn answer(probe: Probe, name: &str) -> Result<Value, String> {
+fn answer(probe: ProbeReply, name: &str) -> Result<Value, String> {
     match probe {
-        Probe::Answer(v) => Ok(v),
-        Probe::Denied => Err(format!("{name} is denied to this user")),
-        Probe::Error(e) => Err(format!("{name}: {e}")),
+        ProbeReply::Answer(v) => Ok(v),
+        ProbeReply::Denied => Err(format!("{name} is denied to this user")),
+        ProbeReply::Error(e) => Err(format!("{name}: {e}")),
     }
 }
 
@@ -685,8 +685,8 @@ async fn dry_run(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
     user: &str,
-    probes: &[checks::Probe],
-) -> Result<Result<Vec<(checks::Probe, Access)>, String>, LockError> {
+    probes: &[checks::AclProbe],
+) -> Result<Result<Vec<(checks::AclProbe, AclVerdict)>, String>, LockError> {
     let cmds: Vec<redis::Cmd> = probes
         .iter()
         .map(|probe| {
@@ -698,18 +698,18 @@ async fn dry_run(
     let replies = node.probe_all(&cmds, at).await?;
     let mut answers = Vec::new();
     for (probe, reply) in probes.iter().zip(replies) {
-        let access = match reply {
+        let verdict = match reply {
             // The server knows no such command (or user): this check cannot say.
-            Probe::Error(e) if e.unknown => Access::Unknown,
+            ProbeReply::Error(e) if e.unknown => AclVerdict::Unknown,
             reply => match answer(reply, "ACL DRYRUN") {
                 // "OK", or a sentence saying what is not permitted.
-                Ok(Value::Okay) => Access::Allowed,
-                Ok(v) if text(&v).as_deref() == Some("OK") => Access::Allowed,
-                Ok(_) => Access::Denied,
+                Ok(Value::Okay) => AclVerdict::Allowed,
+                Ok(v) if text(&v).as_deref() == Some("OK") => AclVerdict::Allowed,
+                Ok(_) => AclVerdict::Denied,
                 Err(e) => return Ok(Err(e)),
             },
         };
-        answers.push((probe.clone(), access));
+        answers.push((probe.clone(), verdict));
     }
     Ok(Ok(answers))
 }
@@ -734,31 +734,31 @@ return out
 async fn check_in_script(
     node: &mut RedisLock,
     at: Option<(&str, u16)>,
-    probes: &[checks::Probe],
-) -> Result<Result<Vec<(checks::Probe, Access)>, Option<String>>, LockError> {
-    let asked: Vec<&checks::Probe> = probes.iter().filter(|p| p.line[0] != "EVAL").collect();
+    probes: &[checks::AclProbe],
+) -> Result<Result<Vec<(checks::AclProbe, AclVerdict)>, Option<String>>, LockError> {
+    let asked: Vec<&checks::AclProbe> = probes.iter().filter(|p| p.line[0] != "EVAL").collect();
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(ACL_CHECK).arg(0);
     for p in &asked {
         cmd.arg(p.line.len()).arg(&p.line);
     }
     let reply = match node.probe(cmd, at).await? {
-        Probe::Answer(Value::Array(items)) if items.len() == asked.len() => items,
-        Probe::Denied => return Ok(Err(Some("EVAL is denied".into()))),
+        ProbeReply::Answer(Value::Array(items)) if items.len() == asked.len() => items,
+        ProbeReply::Denied => return Ok(Err(Some("EVAL is denied".into()))),
         _ => return Ok(Err(None)),
     };
-    let mut answers: Vec<(checks::Probe, Access)> = probes
+    let mut answers: Vec<(checks::AclProbe, AclVerdict)> = probes
         .iter()
         .filter(|p| p.line[0] == "EVAL")
-        .map(|p| (p.clone(), Access::Allowed))
+        .map(|p| (p.clone(), AclVerdict::Allowed))
         .collect();
     for (p, v) in asked.into_iter().zip(reply) {
-        let access = match v {
-            Value::Int(1) => Access::Allowed,
-            Value::Int(0) => Access::Denied,
-            _ => Access::Unknown,
+        let verdict = match v {
+            Value::Int(1) => AclVerdict::Allowed,
+            Value::Int(0) => AclVerdict::Denied,
+            _ => AclVerdict::Unknown,
         };
-        answers.push((p.clone(), access));
+        answers.push((p.clone(), verdict));
     }
     Ok(Ok(answers))
 }

@@ -6,7 +6,8 @@ use crate::exit_codes::ExitCode;
 use crate::lock::inspect::Entry;
 use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
-use crate::logging::{escape_controls, format_utc};
+use crate::logging::escape_controls;
+use crate::utc;
 use serde_json::json;
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ fn number(e: &Entry, name: &str) -> serde_json::Value {
 
 fn document(e: &Entry) -> serde_json::Value {
     json!({
-        "time": format_utc(e.time_ms / 1000),
+        "time": utc::format(e.time_ms / 1000),
         "time_ms": e.time_ms,
         "host": e.get("host"),
         "pid": number(e, "pid"),
@@ -95,7 +96,7 @@ fn table(entries: &[Entry]) -> String {
             .and_then(|d| d.parse().ok())
             .map_or("-".into(), |ms| rough(Duration::from_millis(ms)));
         lines.push([
-            format_utc(e.time_ms / 1000),
+            utc::format(e.time_ms / 1000),
             field("outcome"),
             field("exit_code"),
             duration,

@@ -54,7 +54,7 @@ fn row(key: &str, view: &Inspection) -> serde_json::Value {
     json!({
         "key": key,
         "kind": if view.kind == "zset" { "semaphore" } else { "lock" },
-        "holder": first.map(|(v, _)| HolderInfo::parse(v).json()),
+        "holder": first.map(|(v, _)| HolderInfo::of(v).json()),
         "holders": super::holders_json(view),
         "ttl_ms": first.and_then(|(_, l)| *l).map(|d| d.as_millis() as u64),
         "fence": view.fence,
@@ -73,13 +73,10 @@ fn table(rows: &[(String, Inspection)]) -> String {
     for (key, view) in rows {
         let (ttl, holder) = match view.holders.as_slice() {
             [] => ("-".to_string(), "(free)".to_string()),
-            [(v, l)] => (
-                l.map_or("no expiry".into(), rough),
-                HolderInfo::parse(v).raw,
-            ),
+            [(v, l)] => (l.map_or("no expiry".into(), rough), HolderInfo::of(v).raw),
             [(v, l), more @ ..] => (
                 l.map_or("no expiry".into(), rough),
-                format!("{} (+{} more)", HolderInfo::parse(v).raw, more.len()),
+                format!("{} (+{} more)", HolderInfo::of(v).raw, more.len()),
             ),
         };
         let fence = view.fence.map_or("-".into(), |f| f.to_string());

@@ -15,9 +15,10 @@ mod status;
 
 use crate::cli::verbs::Verb;
 use crate::exit_codes::ExitCode;
+use crate::lock::holder::{describe_holder, HolderValue};
 use crate::lock::inspect::Inspection;
 use crate::lock::redis::RedisLock;
-use crate::lock::{describe_holder, LockError};
+use crate::lock::{quorum, LockError};
 use std::time::Duration;
 use tracing::error;
 
@@ -41,11 +42,6 @@ pub async fn main(verb: Verb, mut nodes: Vec<RedisLock>) -> ExitCode {
 fn failed(e: &LockError) -> ExitCode {
     error!("{e}");
     e.exit_code()
-}
-
-/// The majority of `n` masters (1 of 1).
-fn quorum(n: usize) -> usize {
-    n / 2 + 1
 }
 
 /// Asks every node; with several masters, nodes that fail are tolerated as long as a majority
@@ -129,26 +125,21 @@ struct HolderInfo {
 }
 
 impl HolderInfo {
-    fn parse(value: &str) -> HolderInfo {
-        let shown = describe_holder(value);
-        let mut info = HolderInfo {
-            raw: shown.to_string(),
-            ..HolderInfo::default()
-        };
-        if shown.len() == value.len() && !value.is_empty() {
+    fn of(value: &str) -> HolderInfo {
+        let Some(parts) = HolderValue::parse(value) else {
             // Not lockrun's shape: shown as it is.
-            return info;
+            return HolderInfo {
+                raw: value.to_string(),
+                ..HolderInfo::default()
+            };
+        };
+        HolderInfo {
+            host: Some(parts.host.into()),
+            pid: parts.pid.parse().ok(),
+            started: Some(parts.started.into()),
+            program: Some(parts.program.into()),
+            raw: describe_holder(value).to_string(),
         }
-        for word in shown.split(' ') {
-            match word.split_once('=') {
-                Some(("host", h)) => info.host = Some(h.into()),
-                Some(("pid", p)) => info.pid = p.parse().ok(),
-                Some(("started", s)) => info.started = Some(s.into()),
-                Some(("program", p)) => info.program = Some(p.into()),
-                _ => {}
-            }
-        }
-        info
     }
 
     fn json(&self) -> serde_json::Value {
@@ -167,7 +158,7 @@ impl HolderInfo {
     /// How long ago `started` was, by our clock (whole seconds): how long a lock has been held
     /// when the server's reading ([`Inspection::held_for`]) is not to be had.
     fn held_for(&self) -> Option<Duration> {
-        let started = crate::logging::parse_utc(self.started.as_deref()?)?;
+        let started = crate::utc::parse(self.started.as_deref()?)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?
@@ -228,7 +219,7 @@ fn holders_json(view: &Inspection) -> Vec<serde_json::Value> {
     view.holders
         .iter()
         .map(|(value, left)| {
-            let mut h = HolderInfo::parse(value).json();
+            let mut h = HolderInfo::of(value).json();
             h["ttl_ms"] = left.map_or(serde_json::Value::Null, |d| (d.as_millis() as u64).into());
             h
         })
@@ -247,14 +238,14 @@ mod tests {
     #[test]
     fn holder_values_are_split_into_their_parts() {
         let id = crate::lock::public_id("t");
-        let h = HolderInfo::parse(&format!(
+        let h = HolderInfo::of(&format!(
             "{id} host=web1 pid=42 started=2024-01-02T03:04:05Z program=backup.sh"
         ));
         assert_eq!(h.host.as_deref(), Some("web1"));
         assert_eq!(h.pid, Some(42));
         assert_eq!(h.program.as_deref(), Some("backup.sh"));
         assert_eq!(h.started.as_deref(), Some("2024-01-02T03:04:05Z"));
-        let raw = HolderInfo::parse("set by hand");
+        let raw = HolderInfo::of("set by hand");
         assert_eq!(raw.host, None);
         assert_eq!(raw.raw, "set by hand");
         assert_eq!(raw.json()["value"], "set by hand");

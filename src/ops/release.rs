@@ -38,7 +38,7 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
         }
         return Ok(ExitCode::Command(1));
     };
-    let holders: Vec<HolderInfo> = what.holders.iter().map(|h| HolderInfo::parse(h)).collect();
+    let holders: Vec<HolderInfo> = what.holders.iter().map(|h| HolderInfo::of(h)).collect();
     let shown: Vec<&str> = holders.iter().map(|h| h.raw.as_str()).collect();
     info!(
         key,

@@ -46,13 +46,13 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
         "held": first.is_some(),
         "kind": if semaphore { "semaphore" } else { "lock" },
         "holder": if semaphore { serde_json::Value::Null } else {
-            first.map_or(serde_json::Value::Null, |(v, _)| HolderInfo::parse(v).json())
+            first.map_or(serde_json::Value::Null, |(v, _)| HolderInfo::of(v).json())
         },
         // A semaphore's slots carry no acquisition time the server read (each holder's
         // `started` is its own clock, to the second): null rather than seconds dressed as ms.
         "held_for_ms": first
             .filter(|_| !semaphore)
-            .and_then(|(v, _)| view.held_for.or_else(|| HolderInfo::parse(v).held_for()))
+            .and_then(|(v, _)| view.held_for.or_else(|| HolderInfo::of(v).held_for()))
             .map(|d| d.as_millis() as u64),
         "ttl_ms": if semaphore {
             ttl_ms(view.holders.iter().filter_map(|(_, l)| *l).min())
@@ -86,12 +86,12 @@ fn text(key: &str, view: &Inspection) -> String {
             for (value, l) in holders {
                 line(
                     "holder:",
-                    format!("{} ({} left)", HolderInfo::parse(value).raw, left(*l)),
+                    format!("{} ({} left)", HolderInfo::of(value).raw, left(*l)),
                 );
             }
         }
         (_, [(value, l), ..]) => {
-            let h = HolderInfo::parse(value);
+            let h = HolderInfo::of(value);
             line("state:", "held".into());
             line("holder:", h.raw.clone());
             if let Some(d) = view.held_for.or_else(|| h.held_for()) {

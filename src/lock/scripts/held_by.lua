@@ -1,7 +1,7 @@
 -- Does the holder whose public id is ARGV[1] hold KEYS[1]? (reentrancy check)
--- A holder value is "<id> host=...", so an id matches a value's first word. The caller derives
--- the id from the secret token it was given; the token itself is never sent, since MONITOR and
--- SLOWLOG show a script's arguments to other clients. Presenting an id read from Redis or a log
+-- A holder value is "<id> host=..." (HolderValue::parse, src/lock/holder.rs), so an id matches a
+-- value's first word. The caller derives the id from the secret token it was given; the token
+-- itself is never sent, since MONITOR and SLOWLOG show a script's arguments to other clients. Presenting an id read from Redis or a log
 -- as the token fails: the caller hashes it again.
 local prefix = ARGV[1] .. ' '
 local kind = redis.call('TYPE', KEYS[1]).ok

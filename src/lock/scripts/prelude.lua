@@ -22,7 +22,8 @@ local function get_or_wrongtype(k)
 end
 
 -- A holder value as lockrun writes it: `<hex id> host=<h> pid=<n> started=<utc> …`. What lockrun
--- did not write is not its to touch.
+-- did not write is not its to touch. Mirrors HolderValue::parse (src/lock/holder.rs), which reads
+-- the value that HolderValue::format writes.
 local function holder_shaped(v)
   return type(v) == 'string' and string.find(v, '^%x+ host=%S* pid=%d+ started=%S') ~= nil
 end

@@ -9,7 +9,8 @@ end
 
 -- The entry of an attempt that ends its run without the lock (held, not waiting), composed here
 -- from the holder value (ARGV[1], "<public id> host=<host> pid=<pid> ...", which lockrun writes)
--- so that the acquire, which mostly succeeds, does not carry a whole entry in its arguments.
+-- so that the acquire, which mostly succeeds, does not carry a whole entry in its arguments. The
+-- value is read as HolderValue::parse (src/lock/holder.rs) reads it.
 -- ARGV[at] is the cap (0: record nothing).
 local function note_skipped(h, at)
   local cap = tonumber(ARGV[at])

@@ -626,7 +626,7 @@ const NEEDED: &[(&str, &[&str], Need)] = &[
 
 /// One command line to check.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Probe {
+pub struct AclProbe {
     pub need: Need,
     /// The command as lockrun sends it (`SPUBLISH` on a Cluster), then its arguments.
     pub line: Vec<String>,
@@ -636,7 +636,7 @@ pub struct Probe {
 
 /// Every command line the ACL check asks about. On a Cluster the wake-up hints are sharded
 /// (`SPUBLISH`/`SSUBSCRIBE`).
-pub fn probes(cluster: bool, helper: &str, channel: &str) -> Vec<Probe> {
+pub fn probes(cluster: bool, helper: &str, channel: &str) -> Vec<AclProbe> {
     let mut out = Vec::new();
     for (command, args, need) in NEEDED {
         let command = match (*command, cluster) {
@@ -657,7 +657,7 @@ pub fn probes(cluster: bool, helper: &str, channel: &str) -> Vec<Probe> {
                 "K" | "C" => key.to_string(),
                 a => a.to_string(),
             }));
-            out.push(Probe {
+            out.push(AclProbe {
                 need: *need,
                 line,
                 on: (!key.is_empty()).then(|| key.to_string()),
@@ -667,9 +667,9 @@ pub fn probes(cluster: bool, helper: &str, channel: &str) -> Vec<Probe> {
     out
 }
 
-/// What the ACL says about one [`Probe`].
+/// What the ACL says about one [`AclProbe`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub enum AclVerdict {
     Allowed,
     Denied,
     /// The server does not know the command (renamed or disabled, or too old).
@@ -679,22 +679,22 @@ pub enum Access {
 /// Check 9: The ACL verdicts: one finding per kind of need that is not met, or one `ok`.
 /// `who`: `user 'NAME'`, or `this user` when ACL WHOAMI is denied; `how`: which method
 /// answered (`ACL DRYRUN`, `redis.acl_check_cmd`).
-pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
-    let missing = |need: Need, access: Access| -> Vec<String> {
+pub fn acl(who: &str, answers: &[(AclProbe, AclVerdict)], how: &str) -> Vec<Finding> {
+    let missing = |need: Need, verdict: AclVerdict| -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         let mut commands: Vec<&str> = answers
             .iter()
-            .filter(|(p, a)| p.need == need && *a == access)
+            .filter(|(p, a)| p.need == need && *a == verdict)
             .map(|(p, _)| p.line[0].as_str())
             .collect();
         commands.dedup();
         for command in commands {
-            let all: Vec<&(Probe, Access)> = answers
+            let all: Vec<&(AclProbe, AclVerdict)> = answers
                 .iter()
                 .filter(|(p, _)| p.line[0] == command)
                 .collect();
-            let bad: Vec<&(Probe, Access)> =
-                all.iter().copied().filter(|(_, a)| *a == access).collect();
+            let bad: Vec<&(AclProbe, AclVerdict)> =
+                all.iter().copied().filter(|(_, a)| *a == verdict).collect();
             if bad.len() == all.len() {
                 names.push(command.to_string());
             } else {
@@ -705,8 +705,8 @@ pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
         names
     };
     let mut out = Vec::new();
-    let denied = missing(Need::Lock, Access::Denied);
-    let unknown = missing(Need::Lock, Access::Unknown);
+    let denied = missing(Need::Lock, AclVerdict::Denied);
+    let unknown = missing(Need::Lock, AclVerdict::Unknown);
     if !denied.is_empty() || !unknown.is_empty() {
         let mut parts = Vec::new();
         if !denied.is_empty() {
@@ -727,7 +727,7 @@ pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
             ),
         ));
     }
-    let history = missing(Need::History, Access::Denied);
+    let history = missing(Need::History, AclVerdict::Denied);
     if !history.is_empty() {
         out.push(finding(
             "acl",
@@ -739,12 +739,12 @@ pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
             ),
         ));
     }
-    let speed = missing(Need::Speed, Access::Denied);
-    let no_speed = missing(Need::Speed, Access::Unknown);
+    let speed = missing(Need::Speed, AclVerdict::Denied);
+    let no_speed = missing(Need::Speed, AclVerdict::Unknown);
     // Said only where EVAL is there to send the scripts instead.
     let eval = answers
         .iter()
-        .all(|(p, a)| p.line[0] != "EVAL" || *a == Access::Allowed);
+        .all(|(p, a)| p.line[0] != "EVAL" || *a == AclVerdict::Allowed);
     if !no_speed.is_empty() && eval {
         out.push(finding(
             "acl",
@@ -767,7 +767,7 @@ pub fn acl(who: &str, answers: &[(Probe, Access)], how: &str) -> Vec<Finding> {
             ),
         ));
     }
-    let operator = missing(Need::Operator, Access::Denied);
+    let operator = missing(Need::Operator, AclVerdict::Denied);
     if !operator.is_empty() {
         out.push(finding(
             "acl",
@@ -1131,7 +1131,7 @@ mod tests {
         }
         let helper = "lockrun:fence:{lockrun-doctor-probe}";
         let plain = probes(false, helper, "lockrun:wake:{lockrun-doctor-probe}");
-        assert!(plain.contains(&Probe {
+        assert!(plain.contains(&AclProbe {
             need: Need::Lock,
             line: vec!["GET".into(), helper.into()],
             on: Some(helper.into()),
@@ -1144,14 +1144,18 @@ mod tests {
     #[test]
     fn acl_findings_name_what_is_missing() {
         let all = probes(false, "h", "c");
-        let answer = |deny: &[&str], only_on: Option<&str>| -> Vec<(Probe, Access)> {
+        let answer = |deny: &[&str], only_on: Option<&str>| -> Vec<(AclProbe, AclVerdict)> {
             all.iter()
                 .map(|p| {
                     let hit = deny.contains(&p.line[0].as_str())
                         && only_on.is_none_or(|k| p.on.as_deref() == Some(k));
                     (
                         p.clone(),
-                        if hit { Access::Denied } else { Access::Allowed },
+                        if hit {
+                            AclVerdict::Denied
+                        } else {
+                            AclVerdict::Allowed
+                        },
                     )
                 })
                 .collect()
@@ -1176,13 +1180,13 @@ mod tests {
     #[test]
     fn an_evalsha_the_server_does_not_offer_is_said() {
         let all = probes(false, "h", "c");
-        let answers: Vec<(Probe, Access)> = all
+        let answers: Vec<(AclProbe, AclVerdict)> = all
             .iter()
             .map(|p| {
                 let a = if p.line[0] == "EVALSHA" {
-                    Access::Unknown
+                    AclVerdict::Unknown
                 } else {
-                    Access::Allowed
+                    AclVerdict::Allowed
                 };
                 (p.clone(), a)
             })
@@ -1198,13 +1202,13 @@ mod tests {
             found[0].detail
         );
         // Without EVAL either, the failure is all there is to say.
-        let neither: Vec<(Probe, Access)> = answers
+        let neither: Vec<(AclProbe, AclVerdict)> = answers
             .iter()
             .map(|(p, a)| {
                 (
                     p.clone(),
                     if p.line[0] == "EVAL" {
-                        Access::Unknown
+                        AclVerdict::Unknown
                     } else {
                         *a
                     },
