@@ -478,6 +478,8 @@ mod tests {
         sleeps: Vec<Duration>,
         /// `keep` of each release.
         keeps: Vec<Duration>,
+        /// The exit code of each history entry written (on release or on leaving the queue).
+        codes: Vec<Option<i32>>,
     }
 
     fn outcome(note: Option<&Note>) -> &'static str {
@@ -530,6 +532,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<Release, LockError> {
             self.calls.push(format!("release:{}", outcome(note)));
+            self.codes.extend(note.map(|n| n.exit_code));
             self.keeps.push(keep);
             match self.releases.pop_front() {
                 None => Ok(Release::Deleted),
@@ -546,6 +549,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<(), LockError> {
             self.calls.push(format!("leave:{}", outcome(note)));
+            self.codes.extend(note.map(|n| n.exit_code));
             Ok(())
         }
         async fn wait_for_turn(&mut self, _: &Holder, max: Duration) {
@@ -989,5 +993,41 @@ mod tests {
         assert_eq!(ran.code, ExitCode::NotFound);
         assert_eq!(lock.calls, ["acquire", "start", "release:error"]);
         assert_eq!(lock.keeps, [Duration::ZERO]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_history_entry_carries_the_runs_exit_code_but_a_skip_from_the_queue() {
+        // The job ran; a stop signal while waiting; a lease that expired before the start.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            course: exited(3),
+            keep: Duration::ZERO,
+        }];
+        run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(lock.codes, [Some(3)]);
+        let mut lock = fake(vec![held()]);
+        let mut stops = FakeStops::after(MS(1500), libc::SIGTERM);
+        run(&mut lock, Wait::Forever, &mut stops, vec![]).await;
+        assert_eq!(lock.codes, [Some(128 + libc::SIGTERM)]);
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        run(
+            &mut lock,
+            ONCE,
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(lock.codes, [Some(i32::from(CONFLICT))]);
+        // A wait that ran out in the queue: no exit code, like the acquire script's skip.
+        let mut lock = fake(vec![held()]);
+        let ran = run(
+            &mut lock,
+            Wait::For(MS(1500)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.ending.outcome, Outcome::Skipped);
+        assert_eq!(lock.codes, [None]);
     }
 }
