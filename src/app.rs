@@ -8,7 +8,7 @@ mod turn;
 
 use crate::cli::OnLost;
 use crate::duration::Human;
-use crate::exit_codes::ExitCode;
+use crate::ending::{decide, Course, Ending};
 use crate::lock::backend::Backend;
 use crate::lock::{Holder, Lease, LockService, LockSpec};
 use crate::metrics::RunRecord;
@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use tracing::{debug, error, info};
 use turn::{take_turns, unavailable, Turn, Waiter};
 
-/// One run of `plan`; `record` gets what happened along the way (wait, fence, held, renewals,
-/// a lost lock), the caller adds how it ended.
-pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> ExitCode {
+/// One run of `plan`, and how it ended; `record` gets what happened along the way (wait,
+/// fence, held, renewals), the caller adds the ending.
+pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> Ending {
     // The run's start as its metrics count it: history durations and metrics agree.
     let started = Instant::from_std(record.started());
     let Plan {
@@ -57,12 +57,12 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
                 return run_nested(&spec, token, fence, &command, &opts, signals, record).await
             }
             Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
-            Err(e) => return unavailable(&e),
+            Err(e) => return Ending::failed(unavailable(&e)),
         }
     }
 
     let holder = Holder::new(&command[0]);
-    let mut waiter = Waiter::new(&spec, &holder, wait, started);
+    let mut waiter = Waiter::new(&spec, &holder, wait, started, conflict_exit_code);
     let grace = watchdog::loss_grace(spec.ttl, kill_after);
     let terminate = on_lost == OnLost::Terminate;
     let job = HeldJob {
@@ -78,15 +78,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
         async |lock: &mut Backend, signals: &mut Signals, lease: &Lease, record: &mut RunRecord| {
             job.run(lock, signals, lease, record).await
         };
-    take_turns(
-        &mut lock,
-        &mut waiter,
-        signals,
-        record,
-        conflict_exit_code,
-        start,
-    )
-    .await
+    take_turns(&mut lock, &mut waiter, signals, record, start).await
 }
 
 /// A nested lockrun of a key an enclosing lockrun holds: the job runs under that holder's
@@ -99,7 +91,7 @@ async fn run_nested(
     opts: &supervisor::Options,
     signals: &mut Signals,
     record: &mut RunRecord,
-) -> ExitCode {
+) -> Ending {
     info!(key = %spec.key, "redis lock already held by this job (reentrant)");
     // The outer lockrun holds the lock (and records its fence and renewals). The job runs
     // under that holder's key, token and fence, whichever enclosing lockrun it is (A → B → A:
@@ -114,11 +106,16 @@ async fn run_nested(
         Ok(job) => job,
         Err(e) => {
             error!("{e}");
-            return e.exit_code();
+            return Ending::failed(e.exit_code());
         }
     };
     type Unguarded = std::future::Pending<Lost>;
-    supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await
+    let job = supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
+    decide(Course::Ran {
+        job,
+        interrupted: signals.interrupted().is_some(),
+        key_gone: false,
+    })
 }
 
 /// The job a lease is taken for: started under it, supervised with the watchdog renewing it.
@@ -170,31 +167,28 @@ impl HeldJob<'_> {
             Err(e) => {
                 error!("{e}");
                 return Turn::Done {
-                    code: e.exit_code(),
+                    course: Course::Failed(e.exit_code()),
                     keep: Duration::ZERO,
                 };
             }
         };
         record.command_started();
         let stats = watchdog::Stats::default();
-        // The watchdog resolves only when the lock is lost; with --on-lost continue that is
-        // the only trace of it (the exit code is then the job's own).
-        let lost = Cell::new(false);
+        // The watchdog resolves only when the lock is lost.
         let guard = Guard {
-            lost: async {
-                let why = watchdog::run(lock, spec, lease, &deadline, &stats).await;
-                lost.set(true);
-                why
-            },
+            lost: watchdog::run(lock, spec, lease, &deadline, &stats),
             deadline: &deadline,
             terminate: self.terminate,
         };
-        let code = supervisor::supervise(job, signals, Some(guard)).await;
+        let job = supervisor::supervise(job, signals, Some(guard)).await;
         record.renewals = stats.renewals.get();
         record.renewal_failures = stats.failures.get();
-        record.lost = lost.get() || code == ExitCode::LockLost;
         Turn::Done {
-            code,
+            course: Course::Ran {
+                job,
+                interrupted: signals.interrupted().is_some(),
+                key_gone: false,
+            },
             keep: self.hold.saturating_sub(lease.confirmed_at.elapsed()),
         }
     }

@@ -9,6 +9,8 @@
 //! - [`watchdog`]: lease renewal while the job runs
 //! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
 //!   its process group, reaping
+//! - [`ending`]: how a run ended, decided once; the exit code, history entry and metrics
+//!   file are rendered from it
 //! - [`exit_codes`]: how every ending maps to a process exit code, and what each code means
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`utc`]: UTC times as text (the holder value, the run history, an error line before logging starts)
@@ -23,6 +25,7 @@ pub mod app;
 pub mod cli;
 pub mod clock_rate;
 pub mod duration;
+pub mod ending;
 pub mod exit_codes;
 pub mod lock;
 pub mod logging;
@@ -38,6 +41,7 @@ pub mod supervisor;
 pub mod utc;
 pub mod watchdog;
 
+use ending::Ending;
 use exit_codes::ExitCode;
 
 /// Everything `main` does; returns the process exit code.
@@ -77,28 +81,25 @@ fn run() -> ExitCode {
     // Handlers first, before any network I/O (and before reading a password from a pipe): a
     // SIGTERM during start-up must not kill lockrun with the default action while it may
     // already hold the lock.
-    let (code, interrupted) = match signals::Signals::install() {
-        Ok(mut signals) => {
-            let code = match plan::resolve(&args) {
-                Ok(plan) => run_with(plan, &mut signals, &mut record),
-                Err(usage) => {
-                    tracing::error!("{usage}");
-                    ExitCode::Usage
-                }
-            };
-            (code, signals.interrupted())
-        }
+    let ending = match signals::Signals::install() {
+        Ok(mut signals) => match plan::resolve(&args) {
+            Ok(plan) => run_with(plan, &mut signals, &mut record),
+            Err(usage) => {
+                tracing::error!("{usage}");
+                Ending::failed(ExitCode::Usage)
+            }
+        },
         Err(e) => {
             tracing::error!("cannot install signal handlers: {e}");
-            (ExitCode::Internal, None)
+            Ending::failed(ExitCode::Internal)
         }
     };
     // Last, once the lock is released: a slow disk must not hold it.
     if let Some(path) = &args.metrics_file {
-        record.finish(code, interrupted.is_some());
+        record.finish(&ending);
         metrics::write(path, &record);
     }
-    code
+    ending.code
 }
 
 /// Everything after the signal handlers and the plan: subreaper, the runtime, the run.
@@ -106,16 +107,16 @@ fn run_with(
     plan: plan::Plan,
     signals: &mut signals::Signals,
     record: &mut metrics::RunRecord,
-) -> ExitCode {
+) -> Ending {
     if plan.subreaper {
         if let Err(e) = supervisor::become_subreaper() {
             tracing::error!("cannot become a child subreaper: {e}");
-            return ExitCode::Internal;
+            return Ending::failed(ExitCode::Internal);
         }
     }
     match runtime::build() {
         Ok(runtime) => runtime.block_on(app::run(plan, signals, record)),
-        Err(code) => code,
+        Err(code) => Ending::failed(code),
     }
 }
 

@@ -6,7 +6,7 @@
 //! collector, which may read at any moment, sees the previous run's file or this one's, never
 //! half of one.
 
-use crate::exit_codes::ExitCode;
+use crate::ending::Ending;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,34 +23,6 @@ pub const OUTCOMES: [Outcome; 5] = [
     Outcome::Aborted,
     Outcome::Error,
 ];
-
-/// The outcome of a run that ended with `code`. `lost`: the lock was lost while the job ran
-/// (with `--on-lost continue` the code is then the job's own). `interrupted`: lockrun received
-/// SIGTERM, SIGINT, SIGHUP or SIGQUIT before the job was gone. The metrics file and the key's
-/// history (`lockrun history`) both say this.
-///
-/// The exit code alone cannot tell "stopped from outside" from "finished": a job that traps
-/// SIGTERM exits with a code of its choosing (often 0), and one that kills itself with SIGTERM
-/// exits 143 with nobody having stopped it. So the signal is judged by what lockrun received,
-/// not by the code. A lost lock wins over a signal: it is the one an operator must hear about
-/// (the job may have run unprotected).
-pub fn outcome_of(code: ExitCode, lost: bool, interrupted: bool) -> Outcome {
-    match code {
-        ExitCode::Conflict(_) => Outcome::Skipped,
-        ExitCode::LockLost => Outcome::Lost,
-        ExitCode::Aborted(_) => Outcome::Aborted,
-        ExitCode::Usage
-        | ExitCode::Unavailable
-        | ExitCode::Internal
-        | ExitCode::IoError
-        | ExitCode::OsError
-        | ExitCode::NotExecutable
-        | ExitCode::NotFound => Outcome::Error,
-        ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,
-        ExitCode::Command(_) | ExitCode::Signaled(_) if interrupted => Outcome::Aborted,
-        ExitCode::Command(_) | ExitCode::Signaled(_) => Outcome::Ran,
-    }
-}
 
 /// What one run did, filled in as it goes ([`crate::app`]) and finished when it ends
 /// ([`RunRecord::finish`]). Plain data: the metrics file is one rendering of it.
@@ -72,8 +44,6 @@ pub struct RunRecord {
     pub renewal_failures: u64,
     /// `LOCKRUN_FENCE` of the lease the command ran under; zero when never acquired.
     pub fence: u64,
-    /// The lock was lost while the job ran; an input to [`outcome_of`].
-    pub lost: bool,
     /// The job's schedule period (`--every`).
     pub every: Option<Duration>,
     /// When the job last started under this lock, as this run saw it: its own start of the
@@ -111,7 +81,6 @@ impl RunRecord {
             renewals: 0,
             renewal_failures: 0,
             fence: 0,
-            lost: false,
             every: None,
             job_started: None,
             job_previous_start: None,
@@ -140,10 +109,10 @@ impl RunRecord {
         self.started_command = true;
     }
 
-    /// The run ended with `code`; `interrupted` as for [`outcome_of`].
-    pub fn finish(&mut self, code: ExitCode, interrupted: bool) {
-        self.exit_code = code.code();
-        self.outcome = outcome_of(code, self.lost, interrupted);
+    /// The run ended as `ending` says.
+    pub fn finish(&mut self, ending: &Ending) {
+        self.exit_code = ending.code.code();
+        self.outcome = ending.outcome;
         self.end = SystemTime::now();
         if self.outcome == Outcome::Ran && self.exit_code == 0 {
             self.job_succeeded = Some(self.end);
@@ -480,6 +449,8 @@ fn timestamp(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ending::{decide, Course, JobEnd, Stopped};
+    use crate::exit_codes::ExitCode;
 
     fn record(key: &str) -> RunRecord {
         let start = UNIX_EPOCH + Duration::from_millis(1_700_000_000_250);
@@ -492,7 +463,6 @@ mod tests {
             renewals: 7,
             renewal_failures: 1,
             fence: 42,
-            lost: false,
             every: None,
             job_started: None,
             job_previous_start: None,
@@ -602,36 +572,25 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
         assert_eq!(text.lines().count(), 5 + 2 + 8 * 3, "no line was split");
     }
 
-    #[test]
-    fn outcomes_of_every_ending() {
-        use ExitCode::*;
-        let of = outcome_of;
-        assert_eq!(of(Command(0), false, false), Outcome::Ran);
-        assert_eq!(of(Command(3), false, false), Outcome::Ran);
-        // A job that died of a signal nobody sent through lockrun (OOM killer, its own kill).
-        assert_eq!(of(Signaled(9), false, false), Outcome::Ran);
-        assert_eq!(of(Conflict(75), false, false), Outcome::Skipped);
-        assert_eq!(of(Conflict(0), false, false), Outcome::Skipped);
-        assert_eq!(of(LockLost, true, false), Outcome::Lost);
-        assert_eq!(of(LockLost, false, false), Outcome::Lost);
-        // --on-lost continue: the job's own code, still lost; also if a signal came too.
-        assert_eq!(of(Command(5), true, false), Outcome::Lost);
-        assert_eq!(of(Command(0), true, true), Outcome::Lost);
-        assert_eq!(of(Aborted(15), false, true), Outcome::Aborted);
-        // Forwarded SIGTERM: the job died of it, or trapped it and chose its code.
-        assert_eq!(of(Signaled(15), false, true), Outcome::Aborted);
-        assert_eq!(of(Command(0), false, true), Outcome::Aborted);
-        for code in [Usage, Unavailable, Internal, NotExecutable, NotFound] {
-            assert_eq!(of(code, false, false), Outcome::Error, "{code:?}");
-            assert_eq!(of(code, false, true), Outcome::Error, "{code:?}");
-        }
+    /// The ending of a job that ran and exited with `status`; `lost`: with `--on-lost
+    /// continue`.
+    fn ran(status: ExitCode, lost: bool, interrupted: bool) -> Ending {
+        let job = JobEnd {
+            status,
+            stopped: Stopped::No,
+            lock_lost: lost,
+        };
+        decide(Course::Ran {
+            job,
+            interrupted,
+            key_gone: false,
+        })
     }
 
     #[test]
     fn finish_sets_outcome_code_and_end() {
         let mut r = RunRecord::begin("k");
-        r.lost = true;
-        r.finish(ExitCode::Command(5), false);
+        r.finish(&ran(ExitCode::Command(5), true, false));
         assert_eq!((r.outcome, r.exit_code), (Outcome::Lost, 5));
         assert!(r.end >= r.start);
     }
@@ -657,45 +616,59 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
 
     #[test]
     fn finish_records_a_success_only_for_a_run_that_exited_0() {
-        for (code, lost, success) in [
-            (ExitCode::Command(0), false, true),
-            (ExitCode::Command(1), false, false),
-            (ExitCode::Command(0), true, false),
-            (ExitCode::Conflict(0), false, false),
+        let skipped = decide(Course::Skipped {
+            code: 0,
+            leased: false,
+        });
+        for (ending, success) in [
+            (ran(ExitCode::Command(0), false, false), true),
+            (ran(ExitCode::Command(1), false, false), false),
+            (ran(ExitCode::Command(0), true, false), false),
+            (skipped, false),
         ] {
             let mut r = RunRecord::begin("k");
-            r.lost = lost;
-            r.finish(code, false);
-            assert_eq!(r.job_succeeded.is_some(), success, "{code:?} lost={lost}");
+            r.finish(&ending);
+            assert_eq!(r.job_succeeded.is_some(), success, "{ending:?}");
         }
     }
 
     #[test]
     fn finish_records_an_end_only_for_a_run_that_started_the_command() {
         // Failed, lost, stopped by a signal: each ended the job's run.
-        for (code, lost, interrupted) in [
-            (ExitCode::Command(0), false, false),
-            (ExitCode::Command(1), false, false),
-            (ExitCode::LockLost, true, false),
-            (ExitCode::Signaled(15), false, true),
+        let stopped_for_the_lock = decide(Course::Ran {
+            job: JobEnd {
+                status: ExitCode::Signaled(15),
+                stopped: Stopped::Lock,
+                lock_lost: true,
+            },
+            interrupted: false,
+            key_gone: false,
+        });
+        for ending in [
+            ran(ExitCode::Command(0), false, false),
+            ran(ExitCode::Command(1), false, false),
+            stopped_for_the_lock,
+            ran(ExitCode::Signaled(15), false, true),
         ] {
             let mut r = RunRecord::begin("k");
             r.command_started();
-            r.lost = lost;
-            r.finish(code, interrupted);
-            assert_eq!(r.job_ended, Some(r.end), "{code:?}");
+            r.finish(&ending);
+            assert_eq!(r.job_ended, Some(r.end), "{ending:?}");
             assert!(r.job_started.unwrap() <= r.end);
         }
         // A skip (it saw the holder's start), a stop while waiting, a command not found.
-        for code in [
-            ExitCode::Conflict(75),
-            ExitCode::Aborted(15),
-            ExitCode::NotFound,
+        for course in [
+            Course::Skipped {
+                code: 75,
+                leased: false,
+            },
+            Course::Aborted(15),
+            Course::Failed(ExitCode::NotFound),
         ] {
             let mut r = RunRecord::begin("k");
             r.job_started = Some(UNIX_EPOCH + Duration::from_secs(1_000));
-            r.finish(code, code == ExitCode::Aborted(15));
-            assert_eq!(r.job_ended, None, "{code:?}");
+            r.finish(&decide(course));
+            assert_eq!(r.job_ended, None, "{course:?}");
         }
     }
 

@@ -7,6 +7,7 @@
 //! never steal the command's own exit status.
 
 use crate::duration::Human;
+use crate::ending::{JobEnd, Stopped};
 use crate::exit_codes::ExitCode;
 use crate::signals::{self, Received, Signals};
 use crate::spawn;
@@ -608,6 +609,20 @@ impl JobState {
         self.stopping_for(Why::Lock)
     }
 
+    /// Why the job was stopped, for its ending: the lock first (the run ends 76), then a stop
+    /// signal, then leftovers.
+    fn stopped(&self) -> Stopped {
+        if self.losing() {
+            Stopped::Lock
+        } else if self.stopping_for(Why::Signal(0)) {
+            Stopped::Signal
+        } else if self.stopping_for(Why::Leftovers) {
+            Stopped::Leftovers
+        } else {
+            Stopped::No
+        }
+    }
+
     /// Stops the job for `why` too, SIGKILL due at `kill` for it. Each kind of reason is noted
     /// once, with its first moment (a second stop signal does not move the SIGKILL).
     fn stop(&mut self, why: Why, kill: KillAt) {
@@ -643,7 +658,7 @@ impl JobState {
 
 /// Supervises the job until it is gone, forwarding signals and reaping. With a `guard`, the
 /// job is stopped when the lock is lost or can no longer be confirmed, *ahead of* the lease's
-/// deadline (SIGTERM at `term_at`, SIGKILL at `kill_at`); the result is then 76.
+/// deadline (SIGTERM at `term_at`, SIGKILL at `kill_at`); its end then says [`Stopped::Lock`].
 ///
 /// After the command itself exits, leftover members of its group get SIGTERM, then SIGKILL
 /// after `--kill-after`; this returns only when none is alive, so the caller releases the lock
@@ -658,7 +673,7 @@ pub async fn supervise<F: Future<Output = Lost>>(
     mut job: Job,
     signals: &mut Signals,
     guard: Option<Guard<'_, F>>,
-) -> ExitCode {
+) -> JobEnd {
     let kill_after = job.kill_after;
     let (lost, deadline, terminate) = match guard {
         Some(g) => (Some(g.lost), Some(g.deadline), g.terminate),
@@ -781,10 +796,10 @@ pub async fn supervise<F: Future<Output = Lost>>(
         }
     }
     job.take_terminal_back();
-    if state.losing() {
-        ExitCode::LockLost
-    } else {
-        job.status.unwrap_or(ExitCode::Internal)
+    JobEnd {
+        status: job.status.unwrap_or(ExitCode::Internal),
+        stopped: state.stopped(),
+        lock_lost: lost_seen,
     }
 }
 
@@ -822,14 +837,18 @@ mod tests {
         let s = |secs| now + Duration::from_secs(secs);
         let mut state = JobState::default();
         assert!(state.kill_by(None).is_none(), "running: nothing due");
+        assert_eq!(state.stopped(), Stopped::No);
         state.stop(Why::Leftovers, KillAt::At(s(10)));
+        assert_eq!(state.stopped(), Stopped::Leftovers);
         state.stop(Why::Signal(libc::SIGTERM), KillAt::At(s(5)));
         // A second stop signal does not move the first one's moment.
         state.stop(Why::Signal(libc::SIGINT), KillAt::At(s(1)));
         assert_eq!(state.kill_by(None), Some((s(5), Some(libc::SIGTERM))));
         assert!(!state.losing());
+        assert_eq!(state.stopped(), Stopped::Signal);
         state.stop(Why::Lock, KillAt::At(s(2)));
         assert!(state.losing());
+        assert_eq!(state.stopped(), Stopped::Lock);
         assert_eq!(state.kill_by(None), Some((s(2), None)));
     }
 }

@@ -3,6 +3,7 @@
 //! source of stop signals ([`Stops`]), so that every path is tested against fakes.
 
 use crate::duration::{Human, Wait};
+use crate::ending::{decide, Course, Ending};
 use crate::exit_codes::ExitCode;
 use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome,
@@ -23,8 +24,6 @@ pub trait Stops {
     /// Waits for the next signal: `Some(signo)` for a stop signal (SIGTERM, SIGINT, SIGHUP,
     /// SIGQUIT), `None` for any other (they mean nothing before the command starts).
     async fn next_stop(&mut self) -> Option<i32>;
-    /// The first stop signal received so far.
-    fn interrupted(&self) -> Option<i32>;
 }
 
 impl Stops for Signals {
@@ -35,10 +34,6 @@ impl Stops for Signals {
     async fn next_stop(&mut self) -> Option<i32> {
         let r = self.recv().await;
         signals::ABORTING.contains(&r.signo).then_some(r.signo)
-    }
-
-    fn interrupted(&self) -> Option<i32> {
-        Signals::interrupted(self)
     }
 }
 
@@ -54,23 +49,22 @@ async fn next_abort<S: Stops>(stops: &mut S) -> i32 {
 /// What holding the lock came to, once the job's part is over.
 #[derive(Debug)]
 pub(super) enum Turn {
-    /// End with `code` (the job's, or why it did not run), keeping the key `keep` longer.
-    Done { code: ExitCode, keep: Duration },
+    /// End as `course` has it (the job ran, or why it did not), keeping the key `keep` longer.
+    Done { course: Course, keep: Duration },
     /// The lease expired before the command could start (lockrun was delayed): not started.
     Expired,
 }
 
 /// The lock's part of a run: acquire → `start` the held job → one release. A lease that
 /// expired before the job could start is given back and the lock taken again while the wait
-/// goes on. `held` and the run's fate are written to `record` here, once per turn.
+/// goes on. `held` is written to `record` here, once per turn; the run's ending is returned.
 pub(super) async fn take_turns<L, S, F>(
     lock: &mut L,
     waiter: &mut Waiter<'_>,
     stops: &mut S,
     record: &mut RunRecord,
-    conflict_exit_code: u8,
     mut start: F,
-) -> ExitCode
+) -> Ending
 where
     L: LockService,
     S: Stops,
@@ -82,13 +76,12 @@ where
         record.wait = record.elapsed();
         let lease = match attempt {
             Ok(lease) => lease,
-            Err(Failed::Conflict(holder_started)) => {
+            Err(Failed::Conflict(ending, holder_started)) => {
                 // With the same crontab everywhere, the holder's start is this tick's run.
                 record.job_started = holder_started;
-                return ExitCode::Conflict(conflict_exit_code);
+                return ending;
             }
-            Err(Failed::Aborted(sig)) => return ExitCode::Aborted(sig),
-            Err(Failed::Code(code)) => return code,
+            Err(Failed::Ended(ending)) => return ending,
         };
         let acquired_at = Instant::now();
         record.fence = lease.fence;
@@ -98,38 +91,33 @@ where
             Some(sig) => {
                 info!(signal = %signals::name(sig), "interrupted before the command started");
                 Turn::Done {
-                    code: ExitCode::Aborted(sig),
+                    course: Course::Aborted(sig),
                     keep: Duration::ZERO,
                 }
             }
             None => start(lock, stops, &lease, record).await,
         };
         let (ending, keep) = match turn {
-            Turn::Done { code, keep } => (Some(code), keep),
+            Turn::Done { course, keep } => (Some(decide(course)), keep),
             Turn::Expired => {
                 warn!(key = %spec.key, "redis lock lease expired before the command could start (lockrun was delayed); not starting it");
                 // Given back and taken again while the wait goes on (its history entry is the
                 // run's, written when it ends); else the run is skipped.
-                let skipped = ExitCode::Conflict(conflict_exit_code);
-                ((!waiter.goes_on()).then_some(skipped), Duration::ZERO)
+                let skipped = (!waiter.goes_on()).then(|| decide(waiter.skipped(true)));
+                (skipped, Duration::ZERO)
             }
         };
-        // The run's history entry says what its metrics say (see `metrics::outcome_of`).
-        let note = ending.map(|code| {
-            let lost = record.lost || code == ExitCode::LockLost;
-            let outcome = crate::metrics::outcome_of(code, lost, stops.interrupted().is_some());
-            waiter.note(outcome, Some(code))
-        });
+        let note = ending.map(|ending| waiter.note(&ending));
         let released = release(lock, spec, &lease, keep, note.as_ref()).await;
         record.held += acquired_at.elapsed();
-        let Some(code) = ending else { continue };
+        let Some(ending) = ending else { continue };
         if released == Released::Gone {
             // The key was gone or another holder's before the release: the job ran without
             // the lock for a while, like a loss a renewal finds. Its history entry says so
-            // already (the release script recorded `lost`); the metrics say the same.
-            record.lost = true;
+            // already (the release script recorded `lost`); the ending says the same.
+            return ending.key_gone();
         }
-        return code;
+        return ending;
     }
 }
 
@@ -142,13 +130,20 @@ enum Released {
     Gone,
 }
 
-/// Why no lease came of the waiting loop.
+/// Why no lease came of the waiting loop: how the run ended.
 #[derive(Debug)]
 enum Failed {
-    /// Held elsewhere; when the holder was started, if its value says (`started=`).
-    Conflict(Option<std::time::SystemTime>),
-    Aborted(i32),
-    Code(ExitCode),
+    /// Held elsewhere (skipped); when the holder was started, if its value says (`started=`).
+    Conflict(Ending, Option<std::time::SystemTime>),
+    /// Stopped by a signal, or an error.
+    Ended(Ending),
+}
+
+impl Failed {
+    /// Ended by the error `code`.
+    fn code(code: ExitCode) -> Failed {
+        Failed::Ended(Ending::failed(code))
+    }
 }
 
 pub(super) fn unavailable(e: &LockError) -> ExitCode {
@@ -174,6 +169,8 @@ pub(super) struct Waiter<'a> {
     until: Option<Instant>,
     /// The run's start, for the history entries' durations.
     started: Instant,
+    /// The exit code of a skipped run (`-E`).
+    conflict_exit_code: u8,
     /// "already acquired; waiting" was said (once per run).
     announced: bool,
     /// The holder the last look found, and when the server said that holder's lease ends.
@@ -186,6 +183,7 @@ impl<'a> Waiter<'a> {
         holder: &'a Holder,
         wait: Wait,
         started: Instant,
+        conflict_exit_code: u8,
     ) -> Waiter<'a> {
         Waiter {
             spec,
@@ -196,6 +194,7 @@ impl<'a> Waiter<'a> {
                 Wait::Forever => None,
             },
             started,
+            conflict_exit_code,
             announced: false,
             ends: None,
         }
@@ -232,7 +231,7 @@ impl<'a> Waiter<'a> {
                     // falling back to polling would hide it until the queue misbehaves.
                     Err(e) if e.is_refusal() => {
                         self.leave(lock, None).await;
-                        return Err(Failed::Code(unavailable(&e)));
+                        return Err(Failed::code(unavailable(&e)));
                     }
                     Err(e) => debug!(error = %e, "no subscription to release hints yet"),
                 }
@@ -266,15 +265,16 @@ impl<'a> Waiter<'a> {
                     let holder_started = other.as_deref().and_then(crate::lock::holder_started);
                     let other = other.as_deref().map_or("?", describe_holder);
                     if remaining == Some(Duration::ZERO) {
+                        let skipped = decide(self.skipped(false));
                         if self.waiting {
                             // (Without waiting, the attempt itself recorded the skip.)
-                            let note = self.note(Outcome::Skipped, None);
+                            let note = self.note(&skipped);
                             self.leave(lock, Some(&note)).await;
                         }
                         let left = pttl.map(|d| Human(d).to_string());
                         info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
                               "redis lock already acquired");
-                        return Err(Failed::Conflict(holder_started));
+                        return Err(Failed::Conflict(skipped, holder_started));
                     }
                     if !std::mem::replace(&mut self.announced, true) {
                         info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
@@ -294,7 +294,7 @@ impl<'a> Waiter<'a> {
                     // locked. Once: an attempt that gave back what it knew it took leaves
                     // nothing to do here.
                     let _ = tokio::time::timeout(CLEANUP, lock.give_back(spec, holder)).await;
-                    return Err(Failed::Code(unavailable(&e)));
+                    return Err(Failed::code(unavailable(&e)));
                 }
             };
             tokio::select! {
@@ -322,11 +322,12 @@ impl<'a> Waiter<'a> {
     /// A stop signal ended the wait: leave the queue with the run's history entry.
     async fn abort<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
         info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
+        let aborted = decide(Course::Aborted(sig));
         if self.waiting {
-            let note = self.note(Outcome::Aborted, Some(ExitCode::Aborted(sig)));
+            let note = self.note(&aborted);
             self.leave(lock, Some(&note)).await;
         }
-        Failed::Aborted(sig)
+        Failed::Ended(aborted)
     }
 
     /// Best effort: a ticket left behind expires by itself within `TICKET`.
@@ -335,13 +336,17 @@ impl<'a> Waiter<'a> {
         let _ = tokio::time::timeout(CLEANUP, leaving).await;
     }
 
-    /// The history entry of a run that ends now.
-    fn note(&self, outcome: Outcome, code: Option<ExitCode>) -> Note {
-        Note {
-            outcome,
-            exit_code: code.map(ExitCode::code),
-            duration: self.started.elapsed(),
+    /// A run skipped: the lock held elsewhere. `leased`: its lease expired before the start.
+    fn skipped(&self, leased: bool) -> Course {
+        Course::Skipped {
+            code: self.conflict_exit_code,
+            leased,
         }
+    }
+
+    /// The history entry of a run that ends now, as `ending`.
+    fn note(&self, ending: &Ending) -> Note {
+        ending.note(self.started.elapsed())
     }
 }
 
@@ -473,6 +478,8 @@ mod tests {
         sleeps: Vec<Duration>,
         /// `keep` of each release.
         keeps: Vec<Duration>,
+        /// The exit code of each history entry written (on release or on leaving the queue).
+        codes: Vec<Option<i32>>,
     }
 
     fn outcome(note: Option<&Note>) -> &'static str {
@@ -525,6 +532,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<Release, LockError> {
             self.calls.push(format!("release:{}", outcome(note)));
+            self.codes.extend(note.map(|n| n.exit_code));
             self.keeps.push(keep);
             match self.releases.pop_front() {
                 None => Ok(Release::Deleted),
@@ -541,6 +549,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<(), LockError> {
             self.calls.push(format!("leave:{}", outcome(note)));
+            self.codes.extend(note.map(|n| n.exit_code));
             Ok(())
         }
         async fn wait_for_turn(&mut self, _: &Holder, max: Duration) {
@@ -558,7 +567,6 @@ mod tests {
     struct FakeStops {
         at: Option<(Instant, i32)>,
         quiet: bool,
-        interrupted: Option<i32>,
     }
 
     impl FakeStops {
@@ -571,7 +579,6 @@ mod tests {
 
         fn deliver(&mut self) -> Option<i32> {
             let (_, sig) = self.at.take()?;
-            self.interrupted.get_or_insert(sig);
             Some(sig)
         }
     }
@@ -592,9 +599,6 @@ mod tests {
                 _ => std::future::pending().await,
             }
         }
-        fn interrupted(&self) -> Option<i32> {
-            self.interrupted
-        }
     }
 
     const CONFLICT: u8 = 75;
@@ -602,6 +606,7 @@ mod tests {
     /// What a case's run came to.
     struct Ran {
         code: ExitCode,
+        ending: Ending,
         record: RunRecord,
         took: Duration,
     }
@@ -618,21 +623,36 @@ mod tests {
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         let began = Instant::now();
-        let mut waiter = Waiter::new(&spec, &holder, wait, began);
+        let mut waiter = Waiter::new(&spec, &holder, wait, began, CONFLICT);
         let mut record = RunRecord::begin("k");
         let mut turns = VecDeque::from(turns);
         let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| {
             lock.calls.push("start".into());
             turns.pop_front().unwrap_or(Turn::Done {
-                code: ExitCode::Command(0),
+                course: exited(0),
                 keep: Duration::ZERO,
             })
         };
-        let code = take_turns(lock, &mut waiter, stops, &mut record, CONFLICT, start).await;
+        let ending = take_turns(lock, &mut waiter, stops, &mut record, start).await;
         Ran {
-            code,
+            code: ending.code,
+            ending,
             record,
             took: began.elapsed(),
+        }
+    }
+
+    /// A job that ran and exited with `code`, nobody having stopped it.
+    fn exited(code: u8) -> Course {
+        let job = crate::ending::JobEnd {
+            status: ExitCode::Command(code),
+            stopped: crate::ending::Stopped::No,
+            lock_lost: false,
+        };
+        Course::Ran {
+            job,
+            interrupted: false,
+            key_gone: false,
         }
     }
 
@@ -654,14 +674,14 @@ mod tests {
         assert_eq!(ran.code, ExitCode::Command(0));
         assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
         assert_eq!(ran.record.fence, 7);
-        assert!(!ran.record.lost);
+        assert!(!ran.ending.lost);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_hold_left_goes_to_the_release() {
         let mut lock = fake(vec![Answer::Acquired(1)]);
         let turns = vec![Turn::Done {
-            code: ExitCode::Command(0),
+            course: exited(0),
             keep: SECS(50),
         }];
         run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
@@ -869,7 +889,7 @@ mod tests {
                 "release:ran"
             ]
         );
-        assert!(!ran.record.lost);
+        assert!(!ran.ending.lost);
     }
 
     #[tokio::test(start_paused = true)]
@@ -878,7 +898,8 @@ mod tests {
         lock.releases = VecDeque::from([Ok(Release::NotOwner)]);
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
-        assert!(ran.record.lost);
+        assert!(ran.ending.lost);
+        assert_eq!(ran.ending.outcome, Outcome::Lost);
         assert_eq!(
             release_of(Release::NotOwner, Outcome::Aborted).await,
             Released::Done,
@@ -915,7 +936,7 @@ mod tests {
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
         // Most likely the first attempt deleted the key and only its reply was lost.
-        assert!(!ran.record.lost);
+        assert!(!ran.ending.lost);
         assert_eq!(lock.calls.len(), 4);
     }
 
@@ -965,12 +986,48 @@ mod tests {
     async fn a_job_that_could_not_start_gives_the_tick_back_as_an_error() {
         let mut lock = fake(vec![Answer::Acquired(1)]);
         let turns = vec![Turn::Done {
-            code: ExitCode::NotFound,
+            course: Course::Failed(ExitCode::NotFound),
             keep: Duration::ZERO,
         }];
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
         assert_eq!(ran.code, ExitCode::NotFound);
         assert_eq!(lock.calls, ["acquire", "start", "release:error"]);
         assert_eq!(lock.keeps, [Duration::ZERO]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_history_entry_carries_the_runs_exit_code_but_a_skip_from_the_queue() {
+        // The job ran; a stop signal while waiting; a lease that expired before the start.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let turns = vec![Turn::Done {
+            course: exited(3),
+            keep: Duration::ZERO,
+        }];
+        run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(lock.codes, [Some(3)]);
+        let mut lock = fake(vec![held()]);
+        let mut stops = FakeStops::after(MS(1500), libc::SIGTERM);
+        run(&mut lock, Wait::Forever, &mut stops, vec![]).await;
+        assert_eq!(lock.codes, [Some(128 + libc::SIGTERM)]);
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        run(
+            &mut lock,
+            ONCE,
+            &mut FakeStops::default(),
+            vec![Turn::Expired],
+        )
+        .await;
+        assert_eq!(lock.codes, [Some(i32::from(CONFLICT))]);
+        // A wait that ran out in the queue: no exit code, like the acquire script's skip.
+        let mut lock = fake(vec![held()]);
+        let ran = run(
+            &mut lock,
+            Wait::For(MS(1500)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.ending.outcome, Outcome::Skipped);
+        assert_eq!(lock.codes, [None]);
     }
 }

@@ -1,0 +1,378 @@
+//! How a run ended, decided in one place: [`decide`] turns what the run came to (a
+//! [`Course`]) into its [`Ending`], and everything that reports the end is rendered from that:
+//! the process exit code ([`Ending::code`]), the key's history entry ([`Ending::note`]) and the
+//! metrics file ([`crate::metrics::RunRecord::finish`]).
+//!
+//! A new way for a run to end is one variant of [`Course`] (or of [`Stopped`], for a new reason
+//! lockrun stops a job) and one arm of [`decide`].
+
+use crate::exit_codes::ExitCode;
+use crate::lock::{Note, Outcome};
+use std::time::Duration;
+
+/// How the supervised job ended, as the supervisor saw it once every process of it was gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobEnd {
+    /// The command's wait status: [`ExitCode::Command`] or [`ExitCode::Signaled`]
+    /// ([`ExitCode::Internal`] should it never have been collected).
+    pub status: ExitCode,
+    /// Why lockrun stopped the job, if it did: the reason that decides the run's ending.
+    pub stopped: Stopped,
+    /// The watchdog found the lock lost (with `--on-lost continue` the job then ran on).
+    pub lock_lost: bool,
+}
+
+/// Why lockrun stopped the job. Several reasons can hold at once (a stop signal, then the lock
+/// lost); the one given is the first of: the lock, a signal, leftovers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// lockrun did not stop it: the command ended by itself, with no process left behind.
+    No,
+    /// The lock was being lost, or could no longer be confirmed (`--on-lost terminate`).
+    Lock,
+    /// A stop signal lockrun received and passed on to the job.
+    Signal,
+    /// The command exited and left processes that lockrun stopped.
+    Leftovers,
+}
+
+/// What a run came to: the facts its ending is decided from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Course {
+    /// Ended before any job could run, with this code: a usage error, a server that could not
+    /// be reached or refused lockrun, a limit of the machine, a command that could not be
+    /// started. One of the error codes ([`ExitCode::Usage`], [`ExitCode::Unavailable`],
+    /// [`ExitCode::Internal`], [`ExitCode::IoError`], [`ExitCode::OsError`],
+    /// [`ExitCode::NotExecutable`], [`ExitCode::NotFound`]).
+    Failed(ExitCode),
+    /// Not run: the lock was held elsewhere; `code` is `-E`'s. `leased`: a lease was taken and
+    /// expired before the command could start.
+    Skipped { code: u8, leased: bool },
+    /// A stop signal (this one) came before the command started.
+    Aborted(i32),
+    /// The command ran.
+    Ran {
+        job: JobEnd,
+        /// lockrun received SIGTERM, SIGINT, SIGHUP or SIGQUIT before the job was gone.
+        interrupted: bool,
+        /// The release found the key gone or another holder's: the job ran without the lock
+        /// for a while.
+        key_gone: bool,
+    },
+}
+
+/// How a run ended: what its exit code, history entry and metrics file say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ending {
+    /// lockrun's own exit code.
+    pub code: ExitCode,
+    /// The `outcome` of the history entry and of the metrics file.
+    pub outcome: Outcome,
+    /// The lock was lost while the job ran (whatever the exit code: with `--on-lost continue`
+    /// it is the job's own).
+    pub lost: bool,
+    /// What it was decided from.
+    pub course: Course,
+}
+
+/// The ending of a run that came to `course`.
+///
+/// The exit code alone cannot tell "stopped from outside" from "finished": a job that traps
+/// SIGTERM exits with a code of its choosing (often 0), and one that kills itself with SIGTERM
+/// exits 143 with nobody having stopped it. So a signal is judged by what lockrun received,
+/// not by the code. A lost lock wins over a signal: it is the one an operator must hear about
+/// (the job may have run unprotected).
+pub fn decide(course: Course) -> Ending {
+    let (code, outcome, lost) = match course {
+        Course::Failed(code) => (code, Outcome::Error, false),
+        Course::Skipped { code, .. } => (ExitCode::Conflict(code), Outcome::Skipped, false),
+        Course::Aborted(sig) => (ExitCode::Aborted(sig), Outcome::Aborted, false),
+        Course::Ran {
+            job,
+            interrupted,
+            key_gone,
+        } => {
+            let stopped_for_lock = job.stopped == Stopped::Lock;
+            let lost = job.lock_lost || stopped_for_lock || key_gone;
+            let code = if stopped_for_lock {
+                ExitCode::LockLost
+            } else {
+                job.status
+            };
+            let outcome = match code {
+                ExitCode::LockLost => Outcome::Lost,
+                ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,
+                ExitCode::Command(_) | ExitCode::Signaled(_) if interrupted => Outcome::Aborted,
+                ExitCode::Command(_) | ExitCode::Signaled(_) => Outcome::Ran,
+                _ => Outcome::Error,
+            };
+            (code, outcome, lost)
+        }
+    };
+    Ending {
+        code,
+        outcome,
+        lost,
+        course,
+    }
+}
+
+impl Ending {
+    /// A run that ended with the error `code` before any job could run.
+    pub fn failed(code: ExitCode) -> Ending {
+        decide(Course::Failed(code))
+    }
+
+    /// The same run, its release having found the key gone or another holder's.
+    pub fn key_gone(self) -> Ending {
+        match self.course {
+            Course::Ran {
+                job, interrupted, ..
+            } => decide(Course::Ran {
+                job,
+                interrupted,
+                key_gone: true,
+            }),
+            _ => self,
+        }
+    }
+
+    /// The run's entry in the key's history, `duration` after lockrun started. A skip that
+    /// never held a lease has no exit code there, like the one the acquire script writes for a
+    /// skip without a wait.
+    pub fn note(&self, duration: Duration) -> Note {
+        let exit_code = match self.course {
+            Course::Skipped { leased: false, .. } => None,
+            _ => Some(self.code.code()),
+        };
+        Note {
+            outcome: self.outcome,
+            exit_code,
+            duration,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ExitCode::*;
+
+    fn job(status: ExitCode, stopped: Stopped, lock_lost: bool) -> JobEnd {
+        JobEnd {
+            status,
+            stopped,
+            lock_lost,
+        }
+    }
+
+    fn ran(job: JobEnd, interrupted: bool, key_gone: bool) -> Course {
+        Course::Ran {
+            job,
+            interrupted,
+            key_gone,
+        }
+    }
+
+    /// A job's ending as lockrun worked it out before `decide`, step by step: the supervisor's
+    /// code (76 while stopping for the lock), `record.lost` after the job, the key found gone
+    /// at release, and the metrics file's outcome (`outcome_of(code, record.lost,
+    /// interrupted)`).
+    fn before(
+        status: ExitCode,
+        stopped: Stopped,
+        lock_lost: bool,
+        interrupted: bool,
+        key_gone: bool,
+    ) -> (ExitCode, Outcome, bool) {
+        let code = if stopped == Stopped::Lock {
+            LockLost
+        } else {
+            status
+        };
+        let mut lost = lock_lost || code == LockLost;
+        if key_gone {
+            lost = true;
+        }
+        (code, outcome_of(code, lost, interrupted), lost)
+    }
+
+    /// `metrics::outcome_of` as it was.
+    fn outcome_of(code: ExitCode, lost: bool, interrupted: bool) -> Outcome {
+        match code {
+            Conflict(_) => Outcome::Skipped,
+            LockLost => Outcome::Lost,
+            Aborted(_) => Outcome::Aborted,
+            Usage | Unavailable | Internal | IoError | OsError | NotExecutable | NotFound => {
+                Outcome::Error
+            }
+            Command(_) | Signaled(_) if lost => Outcome::Lost,
+            Command(_) | Signaled(_) if interrupted => Outcome::Aborted,
+            Command(_) | Signaled(_) => Outcome::Ran,
+        }
+    }
+
+    /// Every course a run can come to, with its exit code, outcome and `lost`.
+    #[test]
+    fn every_course_has_one_ending() {
+        let errors = [
+            Usage,
+            Unavailable,
+            Internal,
+            IoError,
+            OsError,
+            NotExecutable,
+            NotFound,
+        ];
+        let mut rows: Vec<(Course, ExitCode, Outcome, bool)> = Vec::new();
+        for code in errors {
+            rows.push((Course::Failed(code), code, Outcome::Error, false));
+        }
+        for (code, leased) in [(75, false), (75, true), (0, false), (0, true), (3, true)] {
+            let course = Course::Skipped { code, leased };
+            rows.push((course, Conflict(code), Outcome::Skipped, false));
+        }
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            rows.push((Course::Aborted(sig), Aborted(sig), Outcome::Aborted, false));
+        }
+        // The job ran: every status, reason, loss, signal and release finding.
+        let statuses = [Command(0), Command(3), Signaled(9), Signaled(15), Internal];
+        let reasons = [
+            Stopped::No,
+            Stopped::Lock,
+            Stopped::Signal,
+            Stopped::Leftovers,
+        ];
+        for status in statuses {
+            for stopped in reasons {
+                for lock_lost in [false, true] {
+                    for interrupted in [false, true] {
+                        for key_gone in [false, true] {
+                            let course =
+                                ran(job(status, stopped, lock_lost), interrupted, key_gone);
+                            let (code, outcome, lost) =
+                                before(status, stopped, lock_lost, interrupted, key_gone);
+                            rows.push((course, code, outcome, lost));
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(rows.len(), 7 + 5 + 4 + 5 * 4 * 2 * 2 * 2);
+        for (course, code, outcome, lost) in rows {
+            if !matches!(course, Course::Ran { .. }) {
+                // No job ran: the outcome is the code's, whatever signal came.
+                for interrupted in [false, true] {
+                    assert_eq!(outcome_of(code, false, interrupted), outcome, "{course:?}");
+                }
+            }
+            let ending = decide(course);
+            assert_eq!(
+                (ending.code, ending.outcome, ending.lost, ending.course),
+                (code, outcome, lost, course),
+                "{course:?}"
+            );
+        }
+    }
+
+    /// The same facts spelled out, one row per case the old rules named.
+    #[test]
+    fn the_cases_by_name() {
+        let end = |course| {
+            let e = decide(course);
+            (e.code, e.outcome, e.lost)
+        };
+        let plain = |status| job(status, Stopped::No, false);
+        assert_eq!(
+            end(ran(plain(Command(0)), false, false)),
+            (Command(0), Outcome::Ran, false)
+        );
+        // --on-lost continue: the job's own code, lost.
+        assert_eq!(
+            end(ran(job(Command(5), Stopped::No, true), false, false)),
+            (Command(5), Outcome::Lost, true)
+        );
+        // --on-lost terminate, the watchdog's verdict or the deadline's.
+        for lock_lost in [true, false] {
+            assert_eq!(
+                end(ran(
+                    job(Signaled(15), Stopped::Lock, lock_lost),
+                    true,
+                    false
+                )),
+                (LockLost, Outcome::Lost, true)
+            );
+        }
+        // A forwarded SIGTERM.
+        assert_eq!(
+            end(ran(job(Signaled(15), Stopped::Signal, false), true, false)),
+            (Signaled(15), Outcome::Aborted, false)
+        );
+        // A terminal's Ctrl-C is not a reason to stop the job, yet lockrun received it.
+        assert_eq!(
+            end(ran(plain(Signaled(2)), true, false)),
+            (Signaled(2), Outcome::Aborted, false)
+        );
+        // The key gone at release after a job that ran.
+        assert_eq!(
+            end(ran(plain(Command(0)), false, true)),
+            (Command(0), Outcome::Lost, true)
+        );
+    }
+
+    #[test]
+    fn a_key_gone_at_release_makes_only_a_run_that_ran_lost() {
+        let ran = decide(ran(job(Command(0), Stopped::No, false), false, false));
+        assert_eq!(ran.outcome, Outcome::Ran);
+        let gone = ran.key_gone();
+        assert_eq!(
+            (gone.code, gone.outcome, gone.lost),
+            (Command(0), Outcome::Lost, true)
+        );
+        for course in [
+            Course::Failed(NotFound),
+            Course::Aborted(libc::SIGTERM),
+            Course::Skipped {
+                code: 75,
+                leased: true,
+            },
+        ] {
+            assert_eq!(decide(course).key_gone(), decide(course), "{course:?}");
+        }
+    }
+
+    #[test]
+    fn the_history_entry_says_the_ending() {
+        let d = Duration::from_millis(1500);
+        let note = |course| {
+            let n = decide(course).note(d);
+            assert_eq!(n.duration, d);
+            (n.outcome, n.exit_code)
+        };
+        assert_eq!(
+            note(ran(job(Command(3), Stopped::No, false), false, false)),
+            (Outcome::Ran, Some(3))
+        );
+        assert_eq!(
+            note(ran(job(Command(0), Stopped::Lock, true), false, false)),
+            (Outcome::Lost, Some(76))
+        );
+        assert_eq!(
+            note(Course::Aborted(libc::SIGTERM)),
+            (Outcome::Aborted, Some(143))
+        );
+        assert_eq!(note(Course::Failed(NotFound)), (Outcome::Error, Some(127)));
+        // A lease that expired before the start: skipped, with the -E code.
+        let leased = Course::Skipped {
+            code: 75,
+            leased: true,
+        };
+        assert_eq!(note(leased), (Outcome::Skipped, Some(75)));
+        // A wait that ran out in the queue: skipped, no code.
+        let queued = Course::Skipped {
+            code: 75,
+            leased: false,
+        };
+        assert_eq!(note(queued), (Outcome::Skipped, None));
+    }
+}
