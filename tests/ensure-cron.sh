@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the real-cron test (tests/cases/cron.rs, `cron_*`) has its system tools: Debian's
-# `cron` daemon (3.0pl1, the one every Debian/Ubuntu host runs) and libfaketime (a clock skew per
+# `cron` daemon (3.0pl1, the one every Debian/Ubuntu host runs), busybox with its `crond` (the
+# cron of Alpine-based images; Debian's busybox-static) and libfaketime (a clock skew per
 # daemon). Installs Debian/Ubuntu's packages when one is missing, and says so: never silently.
 # Sourced by tests/run.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/ensure-apt.sh"
@@ -10,6 +11,11 @@ lockrun_missing=()
 # trying a skew by hand.
 lockrun_faketime_lib=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
 [ -n "$lockrun_faketime_lib" ] || lockrun_missing+=(libfaketime faketime)
+# busybox with the crond and ash applets (busybox-static has both; it replaces a busybox
+# package that lacks them).
+lockrun_busybox=$(command -v busybox || true)
+{ [ -n "$lockrun_busybox" ] && "$lockrun_busybox" --list | grep -qx crond &&
+  "$lockrun_busybox" --list | grep -qx ash; } || lockrun_missing+=(busybox-static)
 # unshare(1) (util-linux) puts each test daemon in its own mount+UTS namespace.
 command -v unshare >/dev/null 2>&1 || lockrun_missing+=(util-linux)
 if [ ${#lockrun_missing[@]} -gt 0 ]; then
@@ -50,5 +56,5 @@ if [ ${#lockrun_missing[@]} -gt 0 ]; then
     echo ">>> apt-get failed ($lockrun_status) installing ${lockrun_missing[*]}" >&2
     return 1 2>/dev/null || exit 1
   fi
-  echo ">>> installed: $(dpkg-query -W -f '${Package} ${Version}\n' cron libfaketime 2>/dev/null | tr '\n' ' ')" >&2
+  echo ">>> installed: $(dpkg-query -W -f '${Package} ${Version}\n' cron libfaketime busybox-static 2>/dev/null | tr '\n' ' ')" >&2
 fi

@@ -9,7 +9,7 @@
 # collects the results table, e.g. LOCKRUN_FAULTS_SCALE=10 LOCKRUN_FAULTS_REPORT=f.md bash tests/run.sh faults_
 # The real-cron test (tests/cases/cron.rs, `cron_*`, root only): LOCKRUN_CRON_MINUTES=<n> minutes
 # observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
-# installs cron and libfaketime for it.
+# installs cron, libfaketime and busybox-static for it.
 # The availability suite (tests/cases/ha_*.rs: Sentinel, Cluster and Redlock under partitions,
 # restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
 # LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the

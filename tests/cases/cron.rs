@@ -1,20 +1,25 @@
-//! The README's crontab line on real Debian `cron` daemons: the same line on three "hosts" (each
-//! a `cron -f` in its own mount, UTS and PID namespace, see `support::cron`), one Redis, and each
-//! minute exactly one host runs the job while the others skip silently. Configurations run at
-//! the same time, each with its own key and job log: synced clocks or clocks 5 s apart
-//! (libfaketime), a 0.3 s job or a 7 s one, and a control, the same line without its hold, which
-//! must show a tick run on more than one host (else the harness could not see a duplicate).
+//! The README's crontab line on real cron daemons, Debian's `cron` and busybox `crond` (the cron
+//! of Alpine-based images): the same line on three "hosts" (each a daemon in its own mount, UTS
+//! and PID namespace, see `support::cron`), one Redis, and each minute exactly one host runs the
+//! job while the others skip silently. Each host has lockrun where one install channel of the
+//! README puts it (`/usr/local/bin`, `/usr/bin`, `~/.cargo/bin`) and nowhere else, and its
+//! daemon's own PATH, so the line must find it. Configurations run at the same time, each with
+//! its own key and job log, daemons and channels mixed: synced clocks or clocks 5 s apart
+//! (libfaketime), a 0.3 s job or a 7 s one, busybox crond only, and a control, the same line
+//! without its hold, which must show a tick run on more than one host (else the harness could
+//! not see a duplicate).
 //!
-//! The crontab is the README's block (so the docs are what is tested), with the test's Redis,
-//! key and job. `LOCKRUN_CRON_LINE` replaces its schedule line, `LOCKRUN_CRON_MINUTES` sets the
-//! minutes observed (default 3; the test takes about that plus 1–2 minutes), and
-//! `LOCKRUN_CRON_REPORT=<file>` writes the results table there:
+//! The crontab is the README's block as written (so the docs are what is tested), with only the
+//! test's Redis, key and job in it. `LOCKRUN_CRON_LINE` replaces its schedule line,
+//! `LOCKRUN_CRON_MINUTES` sets the minutes observed (default 3; the test takes about that plus
+//! 1–2 minutes), and `LOCKRUN_CRON_REPORT=<file>` writes the results table there:
 //!
 //! `LOCKRUN_CRON_MINUTES=30 LOCKRUN_CRON_REPORT=cron.md cargo test --test lockrun cron_ -- --nocapture`
 //!
-//! Root only (mounts and namespaces); `bash tests/ensure-cron.sh` installs cron and libfaketime.
-//! (libfaketime 0.9.10 hangs redis-server at start, but runs Debian's cron fine: the skew shows
-//! in the fire times, which the test checks, so no shim of our own is needed.)
+//! Root only (mounts and namespaces); `bash tests/ensure-cron.sh` installs cron, libfaketime and
+//! busybox-static. (libfaketime 0.9.10 hangs redis-server at start, but runs Debian's cron fine:
+//! the skew shows in the fire times, which the test checks, so no shim of our own is needed. It
+//! cannot skew busybox-static, a static binary: busybox hosts keep the real clock.)
 
 use crate::support::cron::*;
 use crate::support::*;
@@ -22,26 +27,60 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::thread;
 
+/// One host: its daemon, where lockrun is installed, and its clock.
+#[derive(Clone, Copy)]
+struct Host {
+    daemon: Daemon,
+    channel: Channel,
+    /// The daemon's clock minus the real one, in seconds (Debian's cron only).
+    skew: i32,
+}
+
+const fn debian(channel: Channel, skew: i32) -> Host {
+    Host {
+        daemon: Daemon::Debian,
+        channel,
+        skew,
+    }
+}
+
+const fn busybox(ash: bool, channel: Channel) -> Host {
+    Host {
+        daemon: Daemon::Busybox { ash },
+        channel,
+        skew: 0,
+    }
+}
+
+use Channel::{Cargo, UsrBin, UsrLocalBin};
+
 /// One set of three hosts under one key.
 struct Config {
     name: &'static str,
     /// For the table.
     label: &'static str,
     key: &'static str,
-    /// Each daemon's clock minus the real one, in seconds.
-    skews: [i32; 3],
+    hosts: [Host; 3],
     /// The job's `sleep`.
     job_secs: &'static str,
     /// The line without its hold: must show duplicates.
     control: bool,
 }
 
-const CONFIGS: [Config; 5] = [
+/// Every configuration mixes the daemons and the install channels (a fleet of Debian and Alpine
+/// hosts, lockrun installed one way or another), so that each daemon meets each channel and each
+/// hold is tested against the other daemon's fire times; the skewed ones keep busybox (which
+/// libfaketime cannot skew) at the real clock.
+const CONFIGS: [Config; 6] = [
     Config {
         name: "synced-fast",
         label: "synced clocks, 0.3 s job",
         key: "cron-synced-fast",
-        skews: [0, 0, 0],
+        hosts: [
+            debian(UsrLocalBin, 0),
+            debian(UsrBin, 0),
+            busybox(true, Cargo),
+        ],
         job_secs: "0.3",
         control: false,
     },
@@ -49,7 +88,11 @@ const CONFIGS: [Config; 5] = [
         name: "synced-slow",
         label: "synced clocks, 7 s job",
         key: "cron-synced-slow",
-        skews: [0, 0, 0],
+        hosts: [
+            busybox(true, UsrLocalBin),
+            debian(Cargo, 0),
+            debian(UsrBin, 0),
+        ],
         job_secs: "7",
         control: false,
     },
@@ -57,7 +100,11 @@ const CONFIGS: [Config; 5] = [
         name: "skewed-fast",
         label: "clocks +5 s / 0 / −5 s, 0.3 s job",
         key: "cron-skewed-fast",
-        skews: [5, 0, -5],
+        hosts: [
+            debian(UsrLocalBin, 5),
+            busybox(false, UsrBin),
+            debian(Cargo, -5),
+        ],
         job_secs: "0.3",
         control: false,
     },
@@ -65,38 +112,61 @@ const CONFIGS: [Config; 5] = [
         name: "skewed-slow",
         label: "clocks +5 s / 0 / −5 s, 7 s job",
         key: "cron-skewed-slow",
-        skews: [5, 0, -5],
+        hosts: [
+            debian(UsrBin, 5),
+            busybox(false, Cargo),
+            debian(UsrLocalBin, -5),
+        ],
         job_secs: "7",
+        control: false,
+    },
+    Config {
+        name: "busybox",
+        label: "busybox crond only, synced clocks, 0.3 s job",
+        key: "cron-busybox",
+        hosts: [
+            busybox(true, UsrLocalBin),
+            busybox(true, UsrBin),
+            busybox(true, Cargo),
+        ],
+        job_secs: "0.3",
         control: false,
     },
     Config {
         name: "control",
         label: "control: the line without its hold, synced clocks, 0.3 s job",
         key: "cron-control",
-        skews: [0, 0, 0],
+        hosts: [
+            debian(UsrLocalBin, 0),
+            busybox(true, UsrLocalBin),
+            debian(Cargo, 0),
+        ],
         job_secs: "0.3",
         control: true,
     },
 ];
 
-/// Where in a second each configuration's three daemons start. Debian's cron sleeps whole
-/// seconds and fires at :01 of the minute plus the fraction of a second it started at, so these
-/// spread the hosts' fires over 0.8 s, as on real hosts (synced clocks never fire together).
-/// Only at first: when a job ends, the SIGCHLD interrupts cron's sleep, which it resumes in whole
-/// seconds from that moment, so from then on a daemon fires at the fraction its last job ended
-/// at (seen here: the host that ran a 0.3 s job fires 0.3 s later the next minute; a 7 s job or
-/// a skip moves it by a few ms). The hosts' fires wander within the second as on real hosts.
+/// Where in a second each configuration's three daemons start. Both daemons sleep whole seconds
+/// and fire at their second of the minute (Debian's :01, busybox's :00) plus the fraction of a
+/// second they started at, so these spread the hosts' fires over 0.8 s, as on real hosts (synced
+/// clocks never fire together). For Debian's cron only at first: when a job ends, the SIGCHLD
+/// interrupts its sleep, which it resumes in whole seconds from that moment, so from then on it
+/// fires at the fraction its last job ended at (seen here: the host that ran a 0.3 s job fires
+/// 0.3 s later the next minute; a 7 s job or a skip moves it by a few ms). busybox crond reaps
+/// its jobs only when it wakes (every 10 s while one runs), so its fraction stays.
 const FRACTIONS: [f64; 3] = [0.05, 0.45, 0.85];
 
-/// The control's mail capture check: one job of one daemon prints this once, so cron must mail
-/// it and the recorder must keep it (a "no mail" result means nothing otherwise).
+/// The control's mail capture check: one job of each daemon prints this once, so each daemon's
+/// way of passing on a job's output must deliver it (Debian's cron mails it through the
+/// recorder; busybox crond, with no MAILTO, writes it to its log); a "no mail" result means
+/// nothing otherwise.
 const MAIL_CHECK: &str = "lockrun-cron-mail-capture-check";
 
-/// A fire belongs to its daemon when lockrun started this far after the minute by the daemon's
-/// clock (`offset + skew`): Debian's cron fires within second :01 (at a fraction that wanders,
-/// see [`FRACTIONS`]), plus lockrun starting on a loaded machine. The test's skews are 5 s
-/// apart, so a daemon whose clock is not skewed as asked stands out.
-const FIRE_WINDOW: (f64, f64) = (0.5, 4.0);
+/// A fire belongs to its daemon when lockrun started this far after the daemon's second of the
+/// minute ([`Daemon::fire_second`]) by its clock (`offset + skew`): within that second (at a
+/// fraction that wanders, see [`FRACTIONS`]), plus lockrun starting on a loaded machine. The
+/// test's skews are 5 s apart, so a daemon whose clock is not skewed as asked stands out.
+const FIRE_WINDOW: (f64, f64) = (-0.5, 3.0);
 
 /// What one configuration found.
 struct Outcome {
@@ -147,9 +217,9 @@ fn setup<'a>(config: &'a Config, block: &str, line: Option<&str>, url: &str) -> 
     let layer = sendmail_layer(dir.path(), &maildir);
     let job = job_script(dir.path(), &job_log, config.job_secs);
     let extra = if config.control {
-        // mkdir succeeds once: the first daemon to fire prints, once.
+        // mkdir succeeds once per host: each daemon prints once.
         vec![format!(
-            "* * * * * mkdir '{}' 2>/dev/null && echo {MAIL_CHECK} from $(uname -n)",
+            "* * * * * mkdir '{}'-$(uname -n) 2>/dev/null && echo {MAIL_CHECK} from $(uname -n)",
             dir.path().join("mail-check").display()
         )]
     } else {
@@ -159,7 +229,6 @@ fn setup<'a>(config: &'a Config, block: &str, line: Option<&str>, url: &str) -> 
         url,
         key: config.key,
         job: &job,
-        lockrun: lockrun_bin(),
         line,
         control: config.control,
         extra: &extra,
@@ -194,31 +263,80 @@ struct Schedule {
 
 /// Runs one configuration's daemons through the schedule and checks what they did.
 fn run(setup: &Setup, index: usize, sched: &Schedule, tools: &Tools, url: &str) -> Outcome {
-    let (skews, problems) = run_daemons(setup, index, sched, tools);
-    check(setup, sched, url, &skews, problems)
+    let (daemons, history, problems) = run_daemons(setup, index, sched, tools, url);
+    check(setup, sched, &daemons, history, problems)
+}
+
+/// What the check needs to know of a host once its daemon is gone.
+struct HostSeen {
+    host: String,
+    daemon: Daemon,
+    skew: i32,
+    /// What the daemon printed that is not its own log (busybox crond: its jobs' output).
+    output: Vec<String>,
+}
+
+/// The key's `lockrun history`, every entry once: read after each tick and at the end, as the
+/// stream keeps only about the last 100 runs (`--history`, which the README's line leaves at its
+/// default) and a long run has more.
+#[derive(Default)]
+struct HistoryLog {
+    entries: BTreeMap<(u64, String, u64, String), HistoryEntry>,
+    problems: Vec<String>,
+}
+
+impl HistoryLog {
+    fn read(&mut self, key: &str, url: &str) {
+        let mut cmd = Lockrun::bare();
+        cmd.args(["history", key, "--json", "-n", "10000", "-r", url]);
+        let out = crate::support::run(cmd);
+        if !out.status.success() {
+            self.problems
+                .push(format!("lockrun history failed: {}", stderr_of(&out)));
+            return;
+        }
+        match parse_history(&stdout_of(&out)) {
+            Ok(entries) => {
+                for e in entries {
+                    let id = (e.time_ms, e.host.clone(), e.duration_ms, e.outcome.clone());
+                    self.entries.insert(id, e);
+                }
+            }
+            Err(e) => self.problems.push(e),
+        }
+    }
+
+    /// Newest first, as `lockrun history` prints them.
+    fn entries(&self) -> Vec<HistoryEntry> {
+        self.entries.values().rev().cloned().collect()
+    }
 }
 
 /// Starts the three daemons at their fractions of a second, keeps them until `stop_at`, and
-/// stops them once their jobs have ended. Returns each host's skew, and what went wrong.
+/// stops them once their jobs have ended. Returns what each host was and printed, the key's
+/// history, and what went wrong.
 fn run_daemons(
     setup: &Setup,
     index: usize,
     sched: &Schedule,
     tools: &Tools,
-) -> (BTreeMap<String, i32>, Vec<String>) {
+    url: &str,
+) -> (Vec<HostSeen>, HistoryLog, Vec<String>) {
     let c = setup.config;
     let mut problems = Vec::new();
     let mut daemons = Vec::new();
-    for (k, (frac, skew)) in FRACTIONS.iter().zip(c.skews).enumerate() {
-        // The configurations' daemons a little apart, not all five forked at the same instant.
+    for (k, (frac, h)) in FRACTIONS.iter().zip(c.hosts).enumerate() {
+        // The configurations' daemons a little apart, not all forked at the same instant.
         sleep_until(sched.start + frac + 0.02 * index as f64);
         daemons.push(CronDaemon::start(&DaemonSpec {
             dir: setup.dir.path().join(format!("host{}", k + 1)),
             host: format!("host{}", k + 1),
+            daemon: h.daemon,
+            channel: h.channel,
             crontab: &setup.crontab,
             sendmail_layer: &setup.layer,
-            skew_s: skew,
-            libfaketime: &tools.libfaketime,
+            skew_s: h.skew,
+            tools,
         }));
     }
     for d in daemons.iter_mut() {
@@ -227,9 +345,16 @@ fn run_daemons(
         }
     }
     // Waiting out the ticks; a daemon that dies on the way is a failure (its ticks then look
-    // fine, one host fewer proving nothing).
+    // fine, one host fewer proving nothing). The history is read half a minute after each tick,
+    // when every host has fired and the next tick is far.
+    let mut history = HistoryLog::default();
+    let mut reads: Vec<f64> = sched.ticks.iter().map(|t| (t * 60) as f64 + 30.0).collect();
     while now() < sched.stop_at {
         sleep_until((now() + 5.0).min(sched.stop_at));
+        if reads.first().is_some_and(|t| now() >= *t) {
+            reads.remove(0);
+            history.read(c.key, url);
+        }
         for d in daemons.iter_mut() {
             if let Err(e) = d.check_alive() {
                 if !problems.contains(&e) {
@@ -241,16 +366,25 @@ fn run_daemons(
     for d in daemons.iter_mut() {
         problems.extend(d.stop(PATIENCE));
     }
-    let skews = daemons.iter().map(|d| (d.host.clone(), d.skew_s)).collect();
-    (skews, problems)
+    history.read(c.key, url);
+    let seen = daemons
+        .iter()
+        .map(|d| HostSeen {
+            host: d.host.clone(),
+            daemon: d.daemon,
+            skew: d.skew_s,
+            output: d.output(),
+        })
+        .collect();
+    (seen, history, problems)
 }
 
 /// Checks a configuration's job log, `lockrun history` and mail; adds to `problems`.
 fn check(
     setup: &Setup,
     sched: &Schedule,
-    url: &str,
-    skews: &BTreeMap<String, i32>,
+    hosts: &[HostSeen],
+    history: HistoryLog,
     mut problems: Vec<String>,
 ) -> Outcome {
     let c = setup.config;
@@ -291,18 +425,8 @@ fn check(
     }
 
     // lockrun's own account, compared with the job log; and every daemon fired every tick.
-    let mut cmd = Lockrun::bare();
-    cmd.args(["history", c.key, "--json", "-n", "10000", "-r", url]);
-    let out = crate::support::run(cmd);
-    let history = if out.status.success() {
-        parse_history(&stdout_of(&out)).unwrap_or_else(|e| {
-            problems.push(e);
-            Vec::new()
-        })
-    } else {
-        problems.push(format!("lockrun history failed: {}", stderr_of(&out)));
-        Vec::new()
-    };
+    problems.extend(history.problems.iter().cloned());
+    let history = history.entries();
     problems.extend(match_history(&runs, &history));
     let mut fired: BTreeMap<(i64, &str), Vec<f64>> = BTreeMap::new();
     // Tick by tick, each host's attempts: outcome and start (s after the real minute).
@@ -331,45 +455,53 @@ fn check(
         .collect();
     let mut by_host: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for tick in &sched.ticks {
-        for (host, skew) in skews {
-            let offsets = fired
-                .get(&(*tick, host.as_str()))
-                .cloned()
-                .unwrap_or_default();
+        for h in hosts {
+            let (host, skew) = (h.host.as_str(), h.skew);
+            let offsets = fired.get(&(*tick, host)).cloned().unwrap_or_default();
             if offsets.len() != 1 {
                 problems.push(format!(
-                    "tick {}: {host} fired {} times by lockrun's history (once expected)",
+                    "tick {}: {host} ({}) fired {} times by lockrun's history (once expected)",
                     hhmm(*tick),
+                    h.daemon.label(),
                     offsets.len()
                 ));
             }
             for off in &offsets {
-                let own = off + *skew as f64;
+                let own = off + skew as f64 - h.daemon.fire_second();
                 if own < FIRE_WINDOW.0 || own > FIRE_WINDOW.1 {
                     problems.push(format!(
-                        "tick {}: {host} (clock {skew:+} s) fired {off:+.3} s after the real \
-                         minute, {own:+.3} s by its own clock: not its skew (expected {:+} to \
-                         {:+} s by its clock)",
+                        "tick {}: {host} ({}, clock {skew:+} s) fired {off:+.3} s after the real \
+                         minute, {:+.3} s by its own clock: not its skew (expected {:+} to {:+} s \
+                         by its clock)",
                         hhmm(*tick),
-                        FIRE_WINDOW.0,
-                        FIRE_WINDOW.1
+                        h.daemon.label(),
+                        off + skew as f64,
+                        h.daemon.fire_second() + FIRE_WINDOW.0,
+                        h.daemon.fire_second() + FIRE_WINDOW.1
                     ));
                 }
             }
             by_host.entry(host).or_default().extend(offsets);
         }
     }
-    let fires = by_host
-        .iter_mut()
-        .map(|(host, offs)| {
+    let fires = hosts
+        .iter()
+        .map(|h| {
+            let offs = by_host.get_mut(h.host.as_str()).unwrap();
             offs.sort_by(f64::total_cmp);
             let median = offs.get(offs.len() / 2).copied().unwrap_or(f64::NAN);
-            format!("{host} ({:+} s) {median:+.2} s", skews[*host])
+            format!(
+                "{} ({}, {:+} s) {median:+.2} s",
+                h.host,
+                h.daemon.label(),
+                h.skew
+            )
         })
         .collect::<Vec<_>>()
         .join(", ");
 
-    // Mail: none, except the control's capture check, exactly once.
+    // Mail, and busybox crond's output (where its jobs' output goes without MAILTO): none,
+    // except the control's capture check, once from each host.
     let all = mails(&setup.maildir);
     let (checks, others): (Vec<&String>, Vec<&String>) =
         all.iter().partition(|m| m.contains(MAIL_CHECK));
@@ -380,33 +512,71 @@ fn check(
             others[0]
         ));
     }
-    if c.control && checks.len() != 1 {
-        problems.push(format!(
-            "the mail capture check: {} mails with {MAIL_CHECK} (one expected): the recorder at \
-             /usr/sbin/sendmail does not work, so \"no mail\" proves nothing",
-            checks.len()
-        ));
+    let mut output_lines = 0;
+    let mut captured = 0;
+    for h in hosts {
+        let (printed, other): (Vec<&String>, Vec<&String>) =
+            h.output.iter().partition(|l| l.contains(MAIL_CHECK));
+        output_lines += other.len();
+        if !other.is_empty() {
+            problems.push(format!(
+                "{} ({}) printed {} line(s) (a job's output, or the daemon's error):\n{}",
+                h.host,
+                h.daemon.label(),
+                other.len(),
+                other.iter().map(|l| format!("  {l}\n")).collect::<String>()
+            ));
+        }
+        if c.control {
+            let from = format!("{MAIL_CHECK} from {}", h.host);
+            let n = match h.daemon {
+                Daemon::Debian => checks.iter().filter(|m| m.contains(&from)).count(),
+                Daemon::Busybox { .. } => printed.iter().filter(|l| l.contains(&from)).count(),
+            };
+            captured += n;
+            if n != 1 {
+                let way = match h.daemon {
+                    Daemon::Debian => "mails through the recorder at /usr/sbin/sendmail",
+                    Daemon::Busybox { .. } => "lines in busybox crond's log (its stdout)",
+                };
+                problems.push(format!(
+                    "the output capture check: {n} {way} with {from:?} (one expected): this \
+                     daemon's output is not caught, so \"no mail\" proves nothing"
+                ));
+            }
+        }
     }
     if !problems.is_empty() {
         problems.push(format!(
             "lockrun history by tick:\n{timeline}the job log:\n{text}"
         ));
     }
+    let messages = others.len() + output_lines;
     Outcome {
         row: Row {
             configuration: c.label.to_string(),
+            hosts: hosts_label(&c.hosts),
             minutes: sched.ticks.len(),
             histogram: hist,
             mails: if c.control {
-                format!("{} (+{} capture check)", others.len(), checks.len())
+                format!("{messages} (+{captured} capture checks)")
             } else {
-                others.len().to_string()
+                messages.to_string()
             },
         },
         problems,
         fires,
         timeline,
     }
+}
+
+/// The hosts of a configuration, for the table: daemon and where lockrun is.
+fn hosts_label(hosts: &[Host]) -> String {
+    hosts
+        .iter()
+        .map(|h| format!("{}, {}", h.daemon.label(), h.channel.label()))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The schedule line the test runs, as written (the README's or LOCKRUN_CRON_LINE).
@@ -487,6 +657,7 @@ fn cron_readme_line_runs_once_per_tick() {
                     Outcome {
                         row: Row {
                             configuration: setup.config.label.to_string(),
+                            hosts: hosts_label(&setup.config.hosts),
                             minutes: 0,
                             histogram: BTreeMap::new(),
                             mails: "?".into(),
@@ -508,9 +679,13 @@ fn cron_readme_line_runs_once_per_tick() {
         .map(|o| format!(" {}", stdout_of(&o)))
         .unwrap_or_default();
     let caption = format!(
-        "Real Debian cron{version} daemons, three per configuration (each its own hostname, spool \
-         and namespaces, started 0.05 / 0.45 / 0.85 s past a second), all configurations at once \
-         against one Redis; crontab line `{}`. Runs per minute as `{{runs: minutes}}`.",
+        "Real cron daemons, Debian cron{version} and busybox crond ({}), three per configuration \
+         (each its own hostname, spool and namespaces, lockrun where one install channel puts it, \
+         started 0.05 / 0.45 / 0.85 s past a second), all configurations at once against one \
+         Redis; crontab line `{}`. Runs per minute as `{{runs: minutes}}`; mails: what Debian's \
+         cron mailed and the lines busybox crond's jobs printed (it mails nothing without \
+         MAILTO).",
+        tools.busybox_version,
         tested_line(&block, line.as_deref())
     );
     let rows: Vec<Row> = outcomes.iter().map(|o| o.row.clone()).collect();
@@ -574,7 +749,6 @@ fn spec<'a>(line: Option<&'a str>, extra: &'a [String]) -> CrontabSpec<'a> {
         url: "redis://127.0.0.1:23456",
         key: "cron-k",
         job: Path::new("/tmp/t/job.sh"),
-        lockrun: Path::new("/w/target/debug/lockrun"),
         line,
         control: false,
         extra,
@@ -588,66 +762,74 @@ fn active(tab: &str) -> Vec<&str> {
 
 #[test]
 fn cron_unit_crontab_from_block() {
-    let future = "# Every host has this line.\nLOCKRUN_REDIS_URL=redis://redis.internal:6379\n\
-                  * * * * * lockrun -q -E 0 --every 1m nightly-report -- /usr/local/bin/report.sh\n";
-    let tab = build_crontab(future, &spec(None, &[])).unwrap();
+    // The block as it is, with the test's URL, key and job: nothing added.
+    let block =
+        "# Every host has this line.\n* * * * * PATH=\"/usr/local/bin:$HOME/.cargo/bin:$PATH\" \
+                 lockrun -r redis://redis.internal:6379 -q -E 0 --every 1m nightly-report -- \
+                 /usr/local/bin/report.sh\n";
+    let tab = build_crontab(block, &spec(None, &[])).unwrap();
     assert_eq!(
-        active(&tab),
-        [
-            "PATH=/w/target/debug:/usr/bin:/bin",
-            "LOCKRUN_HISTORY=10000",
-            "LOCKRUN_REDIS_URL=redis://127.0.0.1:23456",
-            "* * * * * lockrun -q -E 0 --every 1m cron-k -- /tmp/t/job.sh",
-        ]
+        tab,
+        "# Every host has this line.\n* * * * * PATH=\"/usr/local/bin:$HOME/.cargo/bin:$PATH\" \
+         lockrun -r redis://127.0.0.1:23456 -q -E 0 --every 1m cron-k -- /tmp/t/job.sh\n"
     );
-    assert!(tab.contains("# Every host has this line.") && tab.ends_with('\n'));
     let extra = ["x y".to_string()];
     let control = CrontabSpec {
         control: true,
         ..spec(None, &extra)
     };
-    let control = build_crontab(future, &control).unwrap();
+    let control = build_crontab(block, &control).unwrap();
     assert_eq!(
-        active(&control)[3..],
-        ["* * * * * lockrun -q -E 0 cron-k -- /tmp/t/job.sh", "x y"]
-    );
-    // No URL in the block: one is added before the schedule; the override replaces the line.
-    let now = "* * * * * lockrun -q -E 0 nightly-report -- /usr/local/bin/report.sh\n";
-    let held =
-        "* * * * * lockrun -q -E 0 --min-hold 54s nightly-report -- /usr/local/bin/report.sh";
-    let tab = build_crontab(now, &spec(Some(held), &[])).unwrap();
-    assert_eq!(
-        active(&tab),
+        active(&control),
         [
-            "PATH=/w/target/debug:/usr/bin:/bin",
-            "LOCKRUN_REDIS_URL=redis://127.0.0.1:23456",
-            "LOCKRUN_HISTORY=10000",
-            "* * * * * lockrun -q -E 0 --min-hold 54s cron-k -- /tmp/t/job.sh",
+            "* * * * * PATH=\"/usr/local/bin:$HOME/.cargo/bin:$PATH\" lockrun -r \
+             redis://127.0.0.1:23456 -q -E 0 cron-k -- /tmp/t/job.sh",
+            "x y"
         ]
     );
-    // A URL given with -r or --redis=, and an absolute lockrun path.
-    let r =
-        "* * * * * /usr/bin/lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
+    // A URL in an environment line is replaced there (and kept there: a daemon that ignores
+    // such lines fails the test, as it fails users); other lines stay as they are.
+    let env = "LOCKRUN_REDIS_URL=redis://redis.internal:6379\nMAILTO=ops\n\
+               * * * * * lockrun -q -E 0 --every 1m nightly-report -- /usr/local/bin/report.sh\n";
     assert_eq!(
-        active(&build_crontab(r, &spec(None, &[])).unwrap())[2],
-        "* * * * * lockrun -r redis://127.0.0.1:23456 cron-k -- /tmp/t/job.sh"
+        active(&build_crontab(env, &spec(None, &[])).unwrap()),
+        [
+            "LOCKRUN_REDIS_URL=redis://127.0.0.1:23456",
+            "MAILTO=ops",
+            "* * * * * lockrun -q -E 0 --every 1m cron-k -- /tmp/t/job.sh",
+        ]
     );
-    let r = "* * * * * lockrun --redis=redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
-    assert!(active(&build_crontab(r, &spec(None, &[])).unwrap())[2]
-        .contains(" --redis=redis://127.0.0.1:23456 "));
+    // The override replaces the line.
+    let held = "* * * * * lockrun -r redis://h:1 -q -E 0 --min-hold 54s nightly-report -- \
+                /usr/local/bin/report.sh";
+    assert_eq!(
+        active(&build_crontab(block, &spec(Some(held), &[])).unwrap()),
+        ["* * * * * lockrun -r redis://127.0.0.1:23456 -q -E 0 --min-hold 54s cron-k -- /tmp/t/job.sh"]
+    );
+    // --redis=, and an absolute lockrun path (kept: it is where the line looks).
+    let r =
+        "* * * * * /usr/bin/lockrun --redis=redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
+    assert_eq!(
+        active(&build_crontab(r, &spec(None, &[])).unwrap()),
+        ["* * * * * /usr/bin/lockrun --redis=redis://127.0.0.1:23456 cron-k -- /tmp/t/job.sh"]
+    );
     // What the harness cannot test says so.
     for bad in [
-        "*/5 * * * * lockrun nightly-report -- /usr/local/bin/report.sh\n",
-        "* * * * * lockrun other -- /usr/local/bin/report.sh\n",
-        "* * * * * lockrun nightly-report -- /opt/job\n",
-        "* * * * * lockrun nightly-report -- /usr/local/bin/report.sh\n* * * * * lockrun b\n",
+        "*/5 * * * * lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n",
+        "* * * * * lockrun -r redis://h:1 other -- /usr/local/bin/report.sh\n",
+        "* * * * * lockrun -r redis://h:1 nightly-report -- /opt/job\n",
+        "* * * * * lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n* * * * * lockrun b\n",
+        "* * * * * X=1 env lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n",
+        // No Redis named: each host would lock its own.
+        "* * * * * lockrun -q -E 0 --every 1m nightly-report -- /usr/local/bin/report.sh\n",
         "# nothing\n",
     ] {
         assert!(build_crontab(bad, &spec(None, &[])).is_err(), "{bad}");
     }
+    let no_hold = "* * * * * lockrun -r redis://h:1 nightly-report -- /usr/local/bin/report.sh\n";
     assert!(
         build_crontab(
-            now,
+            no_hold,
             &CrontabSpec {
                 control: true,
                 ..spec(None, &[])
@@ -656,6 +838,25 @@ fn cron_unit_crontab_from_block() {
         .is_err(),
         "a control without a hold"
     );
+}
+
+#[test]
+fn cron_unit_busybox_log_lines() {
+    // What busybox crond 1.35 logs of its own at its default level, and what it does not.
+    assert!(is_busybox_log_line(
+        "crond: crond (busybox 1.35.0) started, log level 8"
+    ));
+    assert!(is_busybox_log_line(
+        "crond: USER root pid  15 cmd PATH=\"/usr/local/bin:$PATH\" lockrun -q k -- j"
+    ));
+    for output in [
+        "/bin/sh: 1: lockrun: not found",
+        "2026-11-27T12:32:00.837489Z ERROR Redis at redis://127.0.0.1:6379 unavailable",
+        "crond: can't change directory to '/root'",
+        "",
+    ] {
+        assert!(!is_busybox_log_line(output), "{output}");
+    }
 }
 
 #[test]

@@ -11,12 +11,15 @@
 //!   keys of its runs (a run that went to some other Redis on 6379 proves nothing). A block
 //!   using one of [`NEVER_RUN`] (installs, root, Docker, the test suite) is refused unrun: it
 //!   must be marked syntax-only.
-//! - `cron`: each line is a variable (`NAME=value`) or five time fields and a command. The
-//!   command is run once through `sh -c` with only the block's variables and cron's PATH (plus
-//!   lockrun's directory), as cron runs it; it must exit 0 and, under `-q`, print nothing (cron
-//!   mails whatever is printed). A line with `--every` is run a second time at once: the tick is
-//!   taken, so it must exit 0 under `-E 0` (else 75), silently under `-q`, without running the
-//!   job again.
+//! - `cron`: each line is a variable (`NAME=value`) or five time fields and a command. A
+//!   variable other than `SHELL` and `MAILTO` is refused: busybox crond (Alpine's cron) passes
+//!   no other to its jobs, so the line must carry what it needs. The command is run once through
+//!   `sh -c` with only the block's variables, HOME and cron's PATH (`/usr/bin:/bin`), as cron
+//!   runs it, and lockrun where `cargo install` puts it (`$HOME/.cargo/bin`, on no cron's PATH);
+//!   it must exit 0 and, under `-q`, print nothing (cron mails whatever is printed). A line with
+//!   `--every` is run a second time at once: the tick is taken, so it must exit 0 under `-E 0`
+//!   (else 75), silently under `-q`, without running the job again. (tests/cases/cron.rs runs
+//!   the README's crontab on real daemons, lockrun where each install channel puts it.)
 //! - `yaml`: cannot run here (GitHub Actions, GitLab CI, Kubernetes), so it must carry the
 //!   syntax-only marker. It must parse; every `run:`/`script:` line must pass `bash -n`, start
 //!   with a command that exists, and use only `$VARIABLES` the example defines (`env:`,
@@ -730,8 +733,17 @@ impl Fixture {
                     let Some((name, value)) = line.split_once('=') else {
                         return Err(format!("{at}: neither a variable nor an entry: {line}"));
                     };
+                    let name = name.trim();
+                    if name != "SHELL" && name != "MAILTO" {
+                        return Err(format!(
+                            "{at}: {name}= reaches the jobs of Debian's cron and cronie, but not \
+                             those of busybox crond (Alpine's cron), which passes only SHELL= \
+                             and MAILTO=: give it on the line (an option such as -r, or a \
+                             `NAME=value` before the command)"
+                        ));
+                    }
                     let value = value.trim().trim_matches('"').trim_matches('\'');
-                    vars.push((name.trim().to_string(), value.to_string()));
+                    vars.push((name.to_string(), value.to_string()));
                     continue;
                 }
             };
@@ -759,13 +771,17 @@ impl Fixture {
             .iter()
             .map(|(k, v)| (k.clone(), substitute(v, &map)))
             .collect();
+        // lockrun where `cargo install` puts it: found only through the line's own PATH.
+        let cargo_bin = scratch.work.join(".cargo/bin");
+        std::fs::create_dir_all(&cargo_bin).unwrap();
+        std::os::unix::fs::symlink(lockrun_bin(), cargo_bin.join("lockrun")).unwrap();
         // cron's environment: HOME, LOGNAME, SHELL, its PATH, and the crontab's variables.
         let run = || {
             Command::new("timeout")
                 .args(["60", "sh", "-c", &command])
                 .current_dir(&scratch.work)
                 .env_clear()
-                .env("PATH", scratch.path())
+                .env("PATH", "/usr/bin:/bin")
                 .env("HOME", &scratch.work)
                 .env("LOGNAME", "root")
                 .env("SHELL", "/bin/sh")

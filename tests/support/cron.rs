@@ -1,8 +1,9 @@
-//! Real Debian `cron` daemons as "hosts" for the crontab test (tests/cases/cron.rs): each in its
-//! own mount, UTS and PID namespace with its own spool, pid file, hostname, a mail recorder in
-//! place of `/usr/sbin/sendmail` and, when asked, a clock skew from libfaketime. Plus the pure
-//! parts: the README's crontab block made into a test crontab, the job log, `lockrun history`,
-//! the tick a run belongs to, and the results table.
+//! Real cron daemons, Debian's `cron` and busybox `crond`, as "hosts" for the crontab test
+//! (tests/cases/cron.rs): each in its own mount, UTS and PID namespace with its own spool, pid
+//! file, hostname, lockrun where one install channel puts it, a mail recorder in place of
+//! `/usr/sbin/sendmail` and, when asked, a clock skew from libfaketime. Plus the pure parts: the
+//! README's crontab block made into a test crontab, the job log, `lockrun history`, the tick a
+//! run belongs to, and the results table.
 //!
 //! Nothing of the host is modified: every mount lives in the daemon's private mount namespace
 //! (and is not written to `/run/mount/utab`), every file is in a temp dir.
@@ -123,14 +124,13 @@ pub fn without_hold(line: &str) -> Option<String> {
 
 /// What the README's block becomes for one configuration.
 pub struct CrontabSpec<'a> {
-    /// The test server's URL, for whatever URL the block names (or added as LOCKRUN_REDIS_URL).
+    /// The test server's URL, for every Redis URL the block names (on the line, or as the value
+    /// of an environment line).
     pub url: &'a str,
     /// The configuration's key, for [`README_KEY`].
     pub key: &'a str,
     /// The job script, for [`README_JOB`].
     pub job: &'a Path,
-    /// The binary under test: its directory goes first on PATH, so `lockrun` is that binary.
-    pub lockrun: &'a Path,
     /// Instead of the README's schedule line (LOCKRUN_CRON_LINE).
     pub line: Option<&'a str>,
     /// The control: the line without its hold ([`without_hold`]).
@@ -139,8 +139,25 @@ pub struct CrontabSpec<'a> {
     pub extra: &'a [String],
 }
 
-/// The test crontab: PATH and history lines, then the README's block with the test's URL, key,
-/// job and (when asked) line, then `extra`. Errors say what the block lacks.
+/// A Redis URL token (the value of `-r`, `--redis=` or an environment line).
+fn is_url(t: &str) -> bool {
+    [
+        "redis://",
+        "rediss://",
+        "valkey://",
+        "valkeys://",
+        "unix://",
+        "redis+",
+        "rediss+",
+    ]
+    .iter()
+    .any(|p| t.starts_with(p))
+}
+
+/// The test crontab: the README's block as it is, with the test's URL, key and job (and, when
+/// asked, line), then `extra`. Nothing is added: no `PATH=` (cron's own PATH is what the line
+/// meets on a user's host) and no `LOCKRUN_*=` line (busybox crond would not pass it anyway).
+/// Errors say what the block lacks.
 pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> {
     let is_schedule = |l: &str| {
         let t = l.trim();
@@ -154,21 +171,14 @@ pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> 
         ));
     }
     let mut url_named = false;
-    let mut out = String::from(
-        "# The crontab of lockrun's cron test: README.md's crontab block with the test's Redis, key\n\
-         # and job. PATH first: `lockrun` is the binary under test. LOCKRUN_HISTORY: a long run keeps\n\
-         # every run of its key for the comparison with the job log (the default keeps about 100).\n",
-    );
-    let bin_dir = spec.lockrun.parent().unwrap();
-    writeln!(out, "PATH={}:/usr/bin:/bin", bin_dir.display()).unwrap();
-    out.push_str("LOCKRUN_HISTORY=10000\n");
+    let mut out = String::new();
     for line in block.lines() {
-        if let Some((name, _)) = env_line(line.trim()).filter(|_| !line.starts_with('#')) {
-            if name == "LOCKRUN_REDIS_URL" {
+        if let Some((name, value)) = env_line(line.trim()).filter(|_| !line.starts_with('#')) {
+            if is_url(value) {
                 url_named = true;
-                writeln!(out, "LOCKRUN_REDIS_URL={}", spec.url).unwrap();
+                writeln!(out, "{name}={}", spec.url).unwrap();
             } else {
-                writeln!(out, "{}", line.trim()).unwrap();
+                writeln!(out, "{line}").unwrap();
             }
             continue;
         }
@@ -204,18 +214,19 @@ pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> 
                  tests/support/cron.rs)"
             ));
         }
-        if tokens[5] != "lockrun" && !tokens[5].ends_with("/lockrun") {
+        // The command: lockrun, after any `NAME=value` the shell assigns for it.
+        let command = tokens[5..].iter().find(|t| env_line(t).is_none());
+        if !command.is_some_and(|t| t == "lockrun" || t.ends_with("/lockrun")) {
             return Err(format!(
-                "the crontab line {sched:?} does not start with lockrun"
+                "the crontab line {sched:?} does not run lockrun as its command"
             ));
         }
-        tokens[5] = "lockrun".into();
         for t in tokens.iter_mut() {
             if t == README_KEY {
                 *t = spec.key.into();
             } else if t == README_JOB {
                 *t = spec.job.display().to_string();
-            } else if t.starts_with("redis://") || t.starts_with("rediss://") {
+            } else if is_url(t) {
                 url_named = true;
                 *t = spec.url.into();
             } else if let Some(v) = t.strip_prefix("--redis=") {
@@ -226,10 +237,12 @@ pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> 
         writeln!(out, "{}", tokens.join(" ")).unwrap();
     }
     if !url_named {
-        // The block leaves the URL to the default (redis://127.0.0.1:6379): the test's server
-        // is elsewhere. An environment line applies to every line after it, as it would there.
-        let at = out.find("LOCKRUN_HISTORY=").unwrap();
-        out.insert_str(at, &format!("LOCKRUN_REDIS_URL={}\n", spec.url));
+        return Err(
+            "the README's crontab block names no Redis: lockrun would use its default, \
+             redis://127.0.0.1:6379, the host's own, so every host would run the job (and the \
+             test's server is elsewhere)"
+                .into(),
+        );
     }
     for line in spec.extra {
         writeln!(out, "{line}").unwrap();
@@ -395,6 +408,8 @@ pub fn histogram(runs: &[JobRun], ticks: &BTreeSet<i64>) -> BTreeMap<usize, usiz
 #[derive(Clone)]
 pub struct Row {
     pub configuration: String,
+    /// Each host's daemon and where lockrun is.
+    pub hosts: String,
     pub minutes: usize,
     pub histogram: BTreeMap<usize, usize>,
     pub mails: String,
@@ -403,13 +418,13 @@ pub struct Row {
 /// The results table (markdown), after a caption line.
 pub fn table(caption: &str, rows: &[Row]) -> String {
     let mut t = format!(
-        "{caption}\n\n| configuration | minutes observed | runs per minute (runs: minutes) | mails |\n|---|---|---|---|\n"
+        "{caption}\n\n| configuration | hosts (daemon, where lockrun is) | minutes observed | runs per minute (runs: minutes) | mails |\n|---|---|---|---|---|\n"
     );
     for r in rows {
         writeln!(
             t,
-            "| {} | {} | {:?} | {} |",
-            r.configuration, r.minutes, r.histogram, r.mails
+            "| {} | {} | {} | {:?} | {} |",
+            r.configuration, r.hosts, r.minutes, r.histogram, r.mails
         )
         .unwrap();
     }
@@ -419,9 +434,71 @@ pub fn table(caption: &str, rows: &[Row]) -> String {
 // ---------------------------------------------------------------------------------------------
 // The daemons.
 
+/// The cron a host runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Daemon {
+    /// Debian's `cron` (3.0pl1, every Debian/Ubuntu host's): its jobs get HOME, LOGNAME,
+    /// SHELL=/bin/sh, PATH=/usr/bin:/bin and the crontab's environment lines, and run in /bin/sh
+    /// (dash). It mails a job's output.
+    Debian,
+    /// busybox `crond` (Alpine's cron; here Debian's busybox-static): its jobs get HOME, LOGNAME,
+    /// USER, SHELL, the daemon's own environment (its PATH), and of the crontab's environment
+    /// lines only SHELL and MAILTO. They run in the daemon's $SHELL, else its user's login shell:
+    /// `ash` gives the daemon busybox ash (Alpine's /bin/ash), otherwise root's login shell here
+    /// (bash). Without a MAILTO line it mails nothing: a job's output goes where the daemon's own
+    /// stdout and log go (a container's log).
+    Busybox { ash: bool },
+}
+
+impl Daemon {
+    /// The second of the minute, by the daemon's clock, it fires at (plus the fraction of a
+    /// second it went to sleep at): Debian's cron sleeps until :01, busybox crond until :00.
+    pub fn fire_second(self) -> f64 {
+        match self {
+            Daemon::Debian => 1.0,
+            Daemon::Busybox { .. } => 0.0,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Daemon::Debian => "Debian cron",
+            Daemon::Busybox { ash: true } => "busybox crond (ash)",
+            Daemon::Busybox { ash: false } => "busybox crond (bash)",
+        }
+    }
+}
+
+/// Where an install channel of the README puts lockrun.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Channel {
+    /// The static binary, the tarball and the container image: `/usr/local/bin`.
+    UsrLocalBin,
+    /// The .deb and the .rpm: `/usr/bin`.
+    UsrBin,
+    /// `cargo install`: the crontab user's `~/.cargo/bin`.
+    Cargo,
+}
+
+impl Channel {
+    pub fn label(self) -> &'static str {
+        match self {
+            Channel::UsrLocalBin => "/usr/local/bin",
+            Channel::UsrBin => "/usr/bin",
+            Channel::Cargo => "~/.cargo/bin",
+        }
+    }
+}
+
 /// The tools the test needs, found or the test fails saying how to get them (never skips).
 pub struct Tools {
     pub libfaketime: PathBuf,
+    /// busybox, with the crond and ash applets.
+    pub busybox: PathBuf,
+    /// Its first line (`BusyBox v1.35.0 (…)`), for the table.
+    pub busybox_version: String,
+    /// root's home directory (its crontab's HOME): the cargo channel's `~/.cargo/bin` is in it.
+    pub root_home: PathBuf,
 }
 
 pub fn preflight() -> Tools {
@@ -430,8 +507,9 @@ pub fn preflight() -> Tools {
     assert_eq!(
         euid, 0,
         "the cron test runs real cron daemons, each in its own mount namespace with bind mounts \
-         over /var/spool/cron, /etc/crontab, /run and /usr/sbin: that takes root. Run it as root \
-         (the CI container is), e.g. `sudo -E cargo test --test lockrun cron_`"
+         over /var/spool/cron, /etc/crontab, /run, /usr/sbin, /usr/local/bin and root's home: \
+         that takes root. Run it as root (the CI container is), e.g. `sudo -E cargo test --test \
+         lockrun cron_`"
     );
     for (tool, package) in [
         ("unshare", "util-linux"),
@@ -449,10 +527,69 @@ pub fn preflight() -> Tools {
     assert!(
         Path::new(CRON).is_file(),
         "{CRON} not found: the cron test runs Debian's cron daemon. `bash tests/ensure-cron.sh` \
-         installs it (and libfaketime) without starting the host's cron service"
+         installs it (and libfaketime, busybox-static) without starting the host's cron service"
     );
     let libfaketime = super::clockshim::libfaketime();
-    Tools { libfaketime }
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "busybox not found in /bin or /usr/bin: the cron test runs busybox crond (the \
+                 cron of Alpine-based images). `bash tests/ensure-cron.sh` installs it \
+                 (Debian/Ubuntu: apt-get install busybox-static)"
+            )
+        });
+    let list = Command::new(&busybox).arg("--list").output().unwrap();
+    let applets = String::from_utf8_lossy(&list.stdout);
+    for applet in ["crond", "ash"] {
+        assert!(
+            applets.lines().any(|l| l == applet),
+            "{} has no {applet} applet: the cron test runs busybox crond with busybox ash \
+             (Debian/Ubuntu: apt-get install busybox-static)",
+            busybox.display()
+        );
+    }
+    let help = Command::new(&busybox).output().unwrap();
+    let busybox_version = String::from_utf8_lossy(&help.stdout)
+        .lines()
+        .next()
+        .unwrap_or("busybox")
+        .trim()
+        .trim_end_matches(" multi-call binary.")
+        .to_string();
+    let root_home = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 7 && f[0] == "root").then(|| PathBuf::from(f[5]))
+        })
+        .expect("root in /etc/passwd");
+    // Each daemon sees the test's own directory in place of root's home (the cargo channel's
+    // ~/.cargo/bin): what the test gives the daemons must not be in there.
+    let own = [
+        crate::support::lockrun_bin().to_path_buf(),
+        std::env::temp_dir(),
+    ];
+    for p in own {
+        let p = p.canonicalize().unwrap_or(p);
+        assert!(
+            !p.starts_with(&root_home) || root_home == Path::new("/"),
+            "{}: under root's home, {}, which each test daemon sees replaced by a directory of \
+             the test's (for the cargo channel's ~/.cargo/bin). Build elsewhere \
+             (CARGO_TARGET_DIR) or point TMPDIR elsewhere",
+            p.display(),
+            root_home.display()
+        );
+    }
+    Tools {
+        libfaketime,
+        busybox,
+        busybox_version,
+        root_home,
+    }
 }
 
 /// The gid of Debian's `crontab` group (crontab(1) gives the spool and each crontab to it), or
@@ -502,38 +639,55 @@ pub fn mails(maildir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// What busybox crond logs of its own at its default level: its start, and each job it starts.
+/// Every other line of its log is a job's output (or an error of the daemon's).
+pub fn is_busybox_log_line(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix("crond: ") else {
+        return false;
+    };
+    (rest.starts_with("crond (busybox ") && rest.contains(" started, log level "))
+        || (rest.starts_with("USER ") && rest.contains(" pid ") && rest.contains(" cmd "))
+}
+
 /// What a daemon is given.
 pub struct DaemonSpec<'a> {
     /// Its own directory (spool, /run, files); created.
     pub dir: PathBuf,
     pub host: String,
+    pub daemon: Daemon,
+    /// Where the binary under test is put, in the daemon's namespace.
+    pub channel: Channel,
     /// The user crontab of root.
     pub crontab: &'a str,
     /// From [`sendmail_layer`].
     pub sendmail_layer: &'a Path,
     /// The daemon's clock minus the real one, in seconds (0: no libfaketime at all).
     pub skew_s: i32,
-    pub libfaketime: &'a Path,
+    pub tools: &'a Tools,
 }
 
-/// A real `cron -f` as a host: `unshare -m -u -p -f --kill-child --mount-proc` runs a start
-/// script that mounts the daemon's own files over the host's and execs cron. Dropping it (also
-/// while a panic unwinds) kills the daemon and every process of its PID namespace.
+/// A real cron daemon as a host: `unshare -m -u -p -f --kill-child --mount-proc` runs a start
+/// script that mounts the daemon's own files over the host's and execs the daemon. Dropping it
+/// (also while a panic unwinds) kills the daemon and every process of its PID namespace.
 pub struct CronDaemon {
     pub host: String,
+    pub daemon: Daemon,
     pub skew_s: i32,
     pub dir: PathBuf,
     unshare: Child,
-    /// cron's pid (as the host sees it), the child of `unshare`, once it is running.
+    /// The daemon's pid (as the host sees it), the child of `unshare`, once it is running.
     cron: Option<u32>,
-    /// cron's PID namespace (`pid:[inode]`): no process may be left in it at the end.
+    /// The daemon's PID namespace (`pid:[inode]`): no process may be left in it at the end.
     pid_ns: Option<String>,
+    /// What it printed, read by [`CronDaemon::stop`] before it kills the daemon.
+    printed: Option<String>,
 }
 
 impl CronDaemon {
     /// Sets up the daemon's files and starts it (not waiting: see [`CronDaemon::wait_ready`]).
     pub fn start(spec: &DaemonSpec) -> CronDaemon {
         let d = &spec.dir;
+        let tools = spec.tools;
         let mkdir = |p: &Path, mode: u32| {
             std::fs::create_dir_all(p).unwrap();
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -541,7 +695,8 @@ impl CronDaemon {
         // The spool as Debian's package and crontab(1) make it: crontabs/ root:crontab 1730, the
         // user crontab named after the user, owned by root (cron: "WRONG FILE OWNER" otherwise),
         // mode 0600 ("INSECURE MODE (mode 0600 expected)"), one link, ending in a newline
-        // ("Missing newline before EOF, this crontab file will be ignored").
+        // ("Missing newline before EOF, this crontab file will be ignored"). busybox crond reads
+        // the same /var/spool/cron/crontabs/<user> (its default -c).
         let spool = d.join("spool");
         mkdir(&spool, 0o755);
         let crontabs = spool.join("crontabs");
@@ -559,60 +714,156 @@ impl CronDaemon {
         std::fs::write(&etc_crontab, "").unwrap();
         std::fs::set_permissions(&etc_crontab, std::fs::Permissions::from_mode(0o644)).unwrap();
         mkdir(&d.join("cron.d"), 0o755);
-        // Its own /run: cron writes /run/crond.pid (and refuses to start when another daemon
-        // holds the host's) and /run/crond.reboot (the @reboot marker) there.
+        // Its own /run: both daemons write /run/crond.pid (Debian's cron refuses to start when
+        // another daemon holds the host's) and /run/crond.reboot (the @reboot marker) there.
         mkdir(&d.join("run"), 0o755);
         std::fs::write(d.join("empty"), "").unwrap();
-        let q = |p: &Path| format!("'{}'", p.display());
-        let faketime = match spec.skew_s {
-            0 => String::new(),
-            s => format!(
-                "# This daemon's clock runs {s:+} s off the real one: libfaketime, preloaded into cron\n\
-                 # only. cron does not pass its own environment to its jobs, so the job (and lockrun)\n\
-                 # read the real clock, and the job log's real start times show when this daemon fired.\n\
-                 export LD_PRELOAD={} FAKETIME='{s:+}s'\n",
-                q(spec.libfaketime)
+        // lockrun where the channel puts it and nowhere else: the daemon sees directories of the
+        // test's in place of the host's /usr/local/bin and root's home (the channel's holding an
+        // empty file to bind the binary onto), and for the .deb/.rpm channel a layer with that
+        // file over /usr/bin.
+        let usr_local = d.join("usr-local-bin");
+        mkdir(&usr_local, 0o755);
+        let home = d.join("home");
+        mkdir(&home.join(".cargo/bin"), 0o755);
+        let usr_bin_layer = d.join("usr-bin-layer");
+        mkdir(&usr_bin_layer, 0o755);
+        let (placeholder, installed) = match spec.channel {
+            Channel::UsrLocalBin => (usr_local.join("lockrun"), PathBuf::from("/usr/local/bin")),
+            Channel::UsrBin => (usr_bin_layer.join("lockrun"), PathBuf::from("/usr/bin")),
+            Channel::Cargo => (
+                home.join(".cargo/bin/lockrun"),
+                tools.root_home.join(".cargo/bin"),
             ),
+        };
+        std::fs::write(&placeholder, "").unwrap();
+        std::fs::set_permissions(&placeholder, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let installed = installed.join("lockrun");
+        let q = |p: &Path| format!("'{}'", p.display());
+        let usr_bin = match spec.channel {
+            Channel::UsrBin => format!(
+                "mount -n -t overlay overlay -o lowerdir={}:/usr/bin /usr/bin\n",
+                q(&usr_bin_layer)
+            ),
+            _ => String::new(),
+        };
+        let system_crontabs = match spec.daemon {
+            Daemon::Debian => format!(
+                "# Empty system crontabs.\n\
+                 mount -n --bind {} /etc/crontab\n\
+                 mount -n --bind {} /etc/cron.d\n",
+                q(&etc_crontab),
+                q(&d.join("cron.d"))
+            ),
+            Daemon::Busybox { .. } => String::new(),
+        };
+        let run_daemon = match spec.daemon {
+            Daemon::Debian => {
+                let faketime = match spec.skew_s {
+                    0 => String::new(),
+                    s => format!(
+                        "# This daemon's clock runs {s:+} s off the real one: libfaketime, preloaded into cron\n\
+                         # only. cron does not pass its own environment to its jobs, so the job (and lockrun)\n\
+                         # read the real clock, and the job log's real start times show when this daemon fired.\n\
+                         export LD_PRELOAD={} FAKETIME='{s:+}s'\n",
+                        q(&tools.libfaketime)
+                    ),
+                };
+                format!(
+                    "{faketime}\
+                     # -f: stay in the foreground, the test's child. -L 0: log errors only (to nowhere).\n\
+                     exec {CRON} -f -L 0\n"
+                )
+            }
+            Daemon::Busybox { ash } => {
+                assert_eq!(
+                    spec.skew_s, 0,
+                    "{}: busybox-static is a static binary, libfaketime cannot skew its clock",
+                    spec.host
+                );
+                let shell = if ash {
+                    // The applet by its name, as Alpine's /bin/ash is a link to busybox.
+                    let ash = d.join("ash");
+                    std::os::unix::fs::symlink(&tools.busybox, &ash).unwrap();
+                    format!(
+                        "# Its jobs' shell: busybox ash, as on Alpine (the daemon's $SHELL).\n\
+                         export SHELL={}\n",
+                        q(&ash)
+                    )
+                } else {
+                    "# Its jobs' shell: root's login shell (no $SHELL).\n".to_string()
+                };
+                format!(
+                    "{shell}\
+                     # -f: stay in the foreground, the test's child. -L: log to the file that is\n\
+                     # also its stdout (else syslog); with no MAILTO its jobs write there too.\n\
+                     exec {} crond -f -L {}\n",
+                    q(&tools.busybox),
+                    q(&d.join("daemon.err"))
+                )
+            }
         };
         let script = format!(
             "#!/bin/sh\n\
-             # Host {host} of the cron test, run by `unshare -m -u -p -f --mount-proc`: a mount, UTS\n\
-             # and PID namespace of its own, whose mounts are private (none propagates to the host).\n\
+             # Host {host} of the cron test ({daemon}, lockrun in {channel}), run by `unshare -m -u -p\n\
+             # -f --mount-proc`: a mount, UTS and PID namespace of its own, whose mounts are private\n\
+             # (none propagates to the host).\n\
              set -e\n\
              # -n: mount(8) would otherwise record each mount in /run/mount/utab, creating that file\n\
              # on the host's /run. /run first: the daemon's pid file and @reboot marker go there.\n\
              mount -n --bind {run} /run\n\
-             # The spool with the test's user crontab, and empty system crontabs.\n\
+             # The spool with the test's user crontab.\n\
              mount -n --bind {spool} /var/spool/cron\n\
-             mount -n --bind {etc_crontab} /etc/crontab\n\
-             mount -n --bind {crond} /etc/cron.d\n\
+             {system_crontabs}\
              # cron mails a job's output through /usr/sbin/sendmail: a read-only overlay puts the\n\
              # recorder's directory above the real /usr/sbin (whose files stay visible below it).\n\
              mount -n -t overlay overlay -o lowerdir={layer}:/usr/sbin /usr/sbin\n\
              # cron logs to syslog: a host's syslog socket must not receive the test daemons' lines\n\
              # (on systemd hosts /dev/log points into /run/systemd, already hidden by /run above).\n\
              if [ -S /dev/log ]; then mount -n --bind {empty} /dev/log; fi\n\
+             # lockrun in {channel} and nowhere else on any PATH.\n\
+             mount -n --bind {usr_local} /usr/local/bin\n\
+             mount -n --bind {home} {root_home}\n\
+             {usr_bin}\
+             mount -n --bind {lockrun} {installed}\n\
+             for dir in /usr/local/sbin /usr/local/bin {root_home}/.cargo/bin /usr/sbin /usr/bin /sbin /bin; do\n\
+             \x20 if [ -e \"$dir/lockrun\" ] && ! [ \"$dir/lockrun\" -ef {installed} ]; then\n\
+             \x20   echo \"$dir/lockrun: a lockrun installed on this host; the cron test needs none but the one it puts in {channel}\" >&2\n\
+             \x20   exit 1\n\
+             \x20 fi\n\
+             done\n\
              # The hostname lockrun records and the job logs, in this UTS namespace only.\n\
              hostname {host}\n\
-             {faketime}\
-             # -f: stay in the foreground, the test's child. -L 0: log errors only (to nowhere).\n\
-             exec {CRON} -f -L 0\n",
+             {run_daemon}",
             host = spec.host,
+            daemon = spec.daemon.label(),
+            channel = spec.channel.label(),
             run = q(&d.join("run")),
             spool = q(&spool),
-            etc_crontab = q(&etc_crontab),
-            crond = q(&d.join("cron.d")),
             layer = q(spec.sendmail_layer),
             empty = q(&d.join("empty")),
+            usr_local = q(&usr_local),
+            home = q(&home),
+            root_home = q(&tools.root_home),
+            lockrun = q(crate::support::lockrun_bin()),
+            installed = q(&installed),
         );
         let start = d.join("start.sh");
         std::fs::write(&start, script).unwrap();
-        let err = std::fs::File::create(d.join("daemon.err")).unwrap();
+        // Appending: busybox crond reopens its log (this file) with O_APPEND at every wake-up,
+        // and its jobs write to the same file through its stdout; without O_APPEND here too
+        // they would overwrite each other.
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("daemon.err"))
+            .unwrap();
         let mut cmd = Command::new("unshare");
-        // -p -f --mount-proc: cron is PID 1 of a namespace of its own (with a /proc to match, for
-        // lockrun's own /proc reads). When such an init dies the kernel kills every process in
-        // the namespace, so a job cannot outlive its daemon. --kill-child: unshare stays as
-        // cron's parent and cron gets SIGKILL when unshare dies. (-m gives private propagation.)
+        // -p -f --mount-proc: the daemon is PID 1 of a namespace of its own (with a /proc to
+        // match, for lockrun's own /proc reads). When such an init dies the kernel kills every
+        // process in the namespace, so a job cannot outlive its daemon. --kill-child: unshare
+        // stays as the daemon's parent, which gets SIGKILL when unshare dies. (-m gives private
+        // propagation.)
         cmd.args([
             "-m",
             "-u",
@@ -623,8 +874,9 @@ impl CronDaemon {
         ])
         .args(["--propagation", "private", "sh"])
         .arg(&start)
-        // cron starts with an init's bare environment: nothing of the test's (LOCKRUN_*,
-        // RUST_*) reaches it, and its jobs get only what the crontab sets.
+        // The daemon starts with an init's bare environment: nothing of the test's (LOCKRUN_*,
+        // RUST_*) reaches it, and its PATH lacks /usr/local/bin, as a system service's does.
+        // Debian's cron passes none of it to its jobs; busybox crond passes all of it.
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::null())
@@ -633,7 +885,7 @@ impl CronDaemon {
         // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec. With
         // PR_SET_PDEATHSIG unshare gets SIGKILL when the thread that started it ends, so the
         // daemons die with their configuration's thread (and with the whole test process, even
-        // one killed without unwinding), and unshare's --kill-child takes cron with it.
+        // one killed without unwinding), and unshare's --kill-child takes the daemon with it.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
@@ -647,23 +899,42 @@ impl CronDaemon {
             .unwrap_or_else(|e| panic!("cannot start unshare for {}: {e}", spec.host));
         CronDaemon {
             host: spec.host.clone(),
+            daemon: spec.daemon,
             skew_s: spec.skew_s,
             dir: spec.dir.clone(),
             unshare,
             cron: None,
             pid_ns: None,
+            printed: None,
         }
     }
 
-    /// What the daemon printed (unshare, mount and cron errors).
+    /// What the daemon printed: unshare, mount and daemon errors, and for busybox crond its log
+    /// and its jobs' output.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.err")).unwrap_or_default()
     }
 
-    /// Waits (until `deadline`, real clock) for cron to run: its pid file written and the
-    /// process named cron.
+    /// The lines the daemon printed until [`CronDaemon::stop`] that are no log line of its own:
+    /// a job's output (busybox crond without MAILTO, the README's), or an error.
+    pub fn output(&self) -> Vec<String> {
+        self.printed
+            .clone()
+            .unwrap_or_else(|| self.stderr())
+            .lines()
+            .filter(|l| !is_busybox_log_line(l))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Waits (until `deadline`, real clock) for the daemon to run: its pid file written (after
+    /// it has read the crontabs) and the process its own.
     pub fn wait_ready(&mut self, deadline: f64) -> Result<(), String> {
         let pidfile = self.dir.join("run/crond.pid");
+        let comm_wanted = match self.daemon {
+            Daemon::Debian => "cron",
+            Daemon::Busybox { .. } => "busybox",
+        };
         loop {
             if let Some(status) = self.unshare.try_wait().unwrap() {
                 return Err(format!(
@@ -675,7 +946,8 @@ impl CronDaemon {
             let kid = descendants(self.unshare.id()).first().copied();
             let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm"));
             let written = std::fs::read_to_string(&pidfile).is_ok_and(|s| !s.trim().is_empty());
-            if let Some(pid) = kid.filter(|p| written && comm(*p).is_ok_and(|c| c.trim() == "cron"))
+            if let Some(pid) =
+                kid.filter(|p| written && comm(*p).is_ok_and(|c| c.trim() == comm_wanted))
             {
                 self.cron = Some(pid);
                 self.pid_ns = std::fs::read_link(format!("/proc/{pid}/ns/pid"))
@@ -685,8 +957,9 @@ impl CronDaemon {
             }
             if now() > deadline {
                 return Err(format!(
-                    "{}: cron not running in time; {}",
+                    "{}: {} not running in time; {}",
                     self.host,
+                    self.daemon.label(),
                     self.stderr()
                 ));
             }
@@ -725,6 +998,9 @@ impl CronDaemon {
                 thread::sleep(Duration::from_millis(20));
             }
         }
+        // What it printed while it ran: once it is killed, unshare adds a line of its own
+        // (util-linux 2.38's `sigprocmask unblock failed` after its child dies of SIGKILL).
+        self.printed = Some(self.stderr());
         problems.extend(self.kill());
         problems
     }
