@@ -107,8 +107,9 @@ fn no_group_signals_only_the_direct_child() {
     let log = redis.dir.path().join("ng.log");
     let ready = redis.dir.path().join("ng.ready");
     // The grandchild would record a TERM if it got one; with --no-group only `sh` is signalled.
+    // `sh` sets its trap before it starts the grandchild, whose file says both traps are set.
     let script = format!(
-        "(trap 'echo grandchild-got-TERM >> \"{log}\"' TERM; touch '{ready}'; sleep 1.5) & trap 'echo child-got-TERM >> \"{log}\"; wait; exit 3' TERM; wait",
+        "trap 'echo child-got-TERM >> \"{log}\"; wait; exit 3' TERM; (trap 'echo grandchild-got-TERM >> \"{log}\"' TERM; touch '{ready}'; sleep 1.5) & wait",
         log = log.display(),
         ready = ready.display()
     );
