@@ -1,6 +1,6 @@
 //! The real job: the command started with `spawn`, and its processes as the kernel (and, when
 //! it is this PID namespace's own, /proc) shows them. Every syscall the supervisor makes on the
-//! job is here.
+//! job is here or, for what /proc says, in `procfs.rs`.
 
 use super::procfs::{adopted, group_has_live_member, proc_is_ours};
 use super::{Options, Processes, To};

@@ -423,6 +423,26 @@ async fn a_lost_lock_gets_the_job_sigterm_then_sigkill_after_the_grace() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_job_told_to_stop_is_not_sent_sigterm_again_when_the_lock_is_lost() {
+    let d = deadline();
+    let world = World::new(Proc::member(), 0).receives(SECS(2), TERM, false);
+    let lock = Lock {
+        lost: Some((SECS(5), Lost::NotOwner)),
+        deadline: &d,
+        terminate: true,
+    };
+    let ran = supervise_fake(world, Some(lock)).await;
+    // SIGKILL at the earliest reason's moment: the stop signal's (2 s + --kill-after), not
+    // the lock's (5 s + grace).
+    assert_eq!(
+        ran.sent(),
+        [(SECS(2), To::Job, TERM), (SECS(12), To::Leftovers, KILL)]
+    );
+    // The lock decides the ending.
+    assert_eq!(ran.end, end(ExitCode::Signaled(KILL), Stopped::Lock, true));
+}
+
+#[tokio::test(start_paused = true)]
 async fn with_no_renewal_confirmed_the_job_is_stopped_ahead_of_the_deadline() {
     let d = deadline();
     let start = Instant::now();
