@@ -1,0 +1,438 @@
+//! Running the command and supervising it until the whole job is gone: process group,
+//! terminal hand-over, signal forwarding, reaping (also as PID 1 or a subreaper), and stopping
+//! it (SIGTERM, then SIGKILL) when lockrun must.
+//!
+//! All reaping happens here, in one place: nothing else in lockrun waits for children (no
+//! tokio `process`, no `std::process::Child::wait`), so a `waitpid(-1)` for adopted orphans can
+//! never steal the command's own exit status.
+//!
+//! The supervision ([`supervise`], `Supervision`) is written against two seams: the job's
+//! processes ([`Processes`]: reap, ask whether any lives, signal) and the signals lockrun
+//! receives ([`Incoming`]). The real ones are [`Job`] (`job.rs`, every syscall on the job, and
+//! `procfs.rs`) and [`Signals`]; the unit tests drive the same code with a fake job on paused
+//! time.
+
+mod job;
+mod procfs;
+
+pub use job::{become_subreaper, Job, SpawnError};
+
+use crate::duration::Human;
+use crate::ending::{JobEnd, Stopped};
+use crate::exit_codes::ExitCode;
+use crate::signals::{self, Received, Signals};
+use crate::watchdog::{Deadline, Lost};
+use std::future::Future;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+/// How often to look whether a group's remaining members are gone: they are not our children,
+/// so no SIGCHLD tells us.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Run the command in its own process group and signal the whole group.
+    pub group: bool,
+    /// Reap every child we get, adopted orphans included (PID 1 or --subreaper).
+    pub reap_all: bool,
+    pub kill_after: Duration,
+    /// The signal mask lockrun was started with, given back to the command.
+    pub mask: libc::sigset_t,
+}
+
+/// Whom a signal to the job is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum To {
+    /// The job: the whole process group, or (`--no-group`) only the direct child.
+    Job,
+    /// Once the command has exited: what is left of the job, its group and (as PID 1 or a
+    /// subreaper) every adopted process still alive.
+    Leftovers,
+    /// Every adopted process still alive (as PID 1 or a subreaper), and not the group.
+    Adopted,
+}
+
+/// The job's processes, as the supervisor drives them: collect exit statuses, ask whether any
+/// process of the job lives, signal it. [`Job`] is the real one.
+pub trait Processes {
+    /// The command's pid (in group mode, its process group's id too).
+    fn pid(&self) -> i32;
+    /// The command runs in a process group of its own: a signal to [`To::Job`] reaches all of
+    /// it.
+    fn group(&self) -> bool;
+    /// `--kill-after`: from SIGTERM to SIGKILL.
+    fn kill_after(&self) -> Duration;
+    /// Collects exit statuses without blocking.
+    fn reap(&mut self);
+    /// The command's exit status, once collected.
+    fn status(&self) -> Option<ExitCode>;
+    /// Is any process of the job still alive (zombies do not count)?
+    fn alive(&self) -> bool;
+    /// Whether the end of the job is sure to be told by a SIGCHLD; otherwise the supervisor
+    /// looks every [`GROUP_POLL`].
+    fn ends_with_sigchld(&self) -> bool;
+    /// Sends `sig` to `to`.
+    fn signal(&self, to: To, sig: i32);
+    /// Gives the terminal the job was handed back to lockrun's group.
+    fn take_terminal_back(&mut self);
+}
+
+/// The signals lockrun receives, SIGCHLD among them. [`Signals`] is the real source.
+pub trait Incoming {
+    /// Waits for the next signal.
+    fn recv(&mut self) -> impl Future<Output = Received>;
+}
+
+impl Incoming for Signals {
+    fn recv(&mut self) -> impl Future<Output = Received> {
+        Signals::recv(self)
+    }
+}
+
+/// What the supervisor needs from the lock while the job runs: the watchdog (a future that
+/// resolves when the lock is lost) and the lease's deadline, which the watchdog moves forward.
+pub struct Guard<'a, F> {
+    pub lost: F,
+    pub deadline: &'a Deadline,
+    /// `--on-lost terminate` (else: warn and let the job finish).
+    pub terminate: bool,
+}
+
+/// Why the job is being stopped. Several can hold at once (a stop signal, then the lock lost,
+/// then the command exits leaving its group): SIGKILL comes at the earliest of their moments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    /// The lock is being lost, or can no longer be confirmed: the job must be gone before the
+    /// lease can end.
+    Lock,
+    /// A stop request from outside (SIGTERM from kubelet, systemd, docker stop; SIGINT,
+    /// SIGHUP, SIGQUIT), passed on to the job.
+    Signal(i32),
+    /// The command exited and its process group lives on (or processes it left, adopted by
+    /// lockrun): draining.
+    Leftovers,
+}
+
+/// When SIGKILL is due for one reason.
+#[derive(Clone, Copy, Debug)]
+enum KillAt {
+    At(Instant),
+    /// At the lease's kill moment ([`Deadline::kill_at`]), which a renewal confirmed meanwhile
+    /// moves later: the job gets its grace whenever the lease allows it.
+    LeaseEnd,
+}
+
+/// The job as the supervisor drives it: running while `stopping` is empty, else being stopped
+/// for each reason there, each with its SIGKILL moment.
+#[derive(Debug, Default)]
+struct JobState {
+    stopping: Vec<(Why, KillAt)>,
+    /// SIGTERM has reached the whole job: sent by us, or a SIGTERM passed on to its group.
+    term_sent: bool,
+    /// SIGKILL was sent (once).
+    killed: bool,
+    /// After a stall: until when the overdue renewal may still save the lease before the job
+    /// is told to stop.
+    renewal_window: Option<Instant>,
+}
+
+impl JobState {
+    /// Whether the job is being stopped for a reason of `why`'s kind (any stop signal for
+    /// [`Why::Signal`]).
+    fn stopping_for(&self, why: Why) -> bool {
+        let kind = std::mem::discriminant(&why);
+        self.stopping
+            .iter()
+            .any(|(w, _)| std::mem::discriminant(w) == kind)
+    }
+
+    /// The lock is being lost: the run ends 76.
+    fn losing(&self) -> bool {
+        self.stopping_for(Why::Lock)
+    }
+
+    /// Why the job was stopped, for its ending: the lock first (the run ends 76), then a stop
+    /// signal, then leftovers.
+    fn stopped(&self) -> Stopped {
+        if self.losing() {
+            Stopped::Lock
+        } else if self.stopping_for(Why::Signal(0)) {
+            Stopped::Signal
+        } else if self.stopping_for(Why::Leftovers) {
+            Stopped::Leftovers
+        } else {
+            Stopped::No
+        }
+    }
+
+    /// Stops the job for `why` too, SIGKILL due at `kill` for it. Each kind of reason is noted
+    /// once, with its first moment (a second stop signal does not move the SIGKILL).
+    fn stop(&mut self, why: Why, kill: KillAt) {
+        if !self.stopping_for(why) {
+            self.stopping.push((why, kill));
+        }
+    }
+
+    /// The earliest SIGKILL moment of all the reasons, and the stop signal it is for, if it is
+    /// one's.
+    fn kill_by(&self, deadline: Option<&Deadline>) -> Option<(Instant, Option<i32>)> {
+        let at = |k: &KillAt| match k {
+            KillAt::At(t) => Some(*t),
+            KillAt::LeaseEnd => deadline.map(Deadline::kill_at),
+        };
+        let first = self.stopping.iter().filter_map(|(_, k)| at(k)).min()?;
+        let signal = self.stopping.iter().find_map(|(w, k)| match w {
+            Why::Signal(sig) if at(k) == Some(first) => Some(*sig),
+            _ => None,
+        });
+        Some((first, signal))
+    }
+
+    /// When the job is told to stop for the lock if no renewal is confirmed first: the
+    /// deadline's SIGTERM moment, or later, to the end of a stalled lockrun's renewal window.
+    fn term_at(&self, d: &Deadline) -> Instant {
+        match self.renewal_window {
+            Some(w) if d.term_at() <= w => w,
+            _ => d.term_at(),
+        }
+    }
+}
+
+/// The supervision of one job: the job, its [`JobState`], and what the lock's guard says. Each
+/// event the supervisor waits for is one method; [`Supervision::due`] is what the passing of
+/// time does.
+struct Supervision<'d, P> {
+    job: P,
+    state: JobState,
+    deadline: Option<&'d Deadline>,
+    /// `--on-lost terminate`.
+    terminate: bool,
+    kill_after: Duration,
+    /// The watchdog found the lock lost (it is not listened to again).
+    lost_seen: bool,
+}
+
+impl<'d, P: Processes> Supervision<'d, P> {
+    fn new(job: P, deadline: Option<&'d Deadline>, terminate: bool) -> Self {
+        Supervision {
+            kill_after: job.kill_after(),
+            job,
+            state: JobState::default(),
+            deadline,
+            terminate,
+            lost_seen: false,
+        }
+    }
+
+    /// Reaps, and says whether every process of the job is gone.
+    fn gone(&mut self) -> bool {
+        self.job.reap();
+        !self.job.alive()
+    }
+
+    /// What is due at `now`: stopping leftovers, stopping for the lock, SIGKILL. Returns the
+    /// next moment something is due, if any.
+    fn due(&mut self, now: Instant) -> Option<Instant> {
+        self.leftovers(now);
+        self.lock_deadline(now);
+        let kill_by = self.state.kill_by(self.deadline);
+        self.kill(now, kill_by);
+        // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
+        // group whose members are not our children (no SIGCHLD tells us they are gone).
+        let state = &self.state;
+        let polling =
+            (self.job.status().is_some() || state.term_sent) && !self.job.ends_with_sigchld();
+        [
+            self.deadline
+                .filter(|_| self.terminate && !state.losing())
+                .map(|d| state.term_at(d)),
+            kill_by.map(|(at, _)| at).filter(|_| !state.killed),
+            polling.then(|| now + GROUP_POLL),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The command has exited and the job lives on: its leftovers get SIGTERM (once), and
+    /// SIGKILL after `--kill-after`.
+    fn leftovers(&mut self, now: Instant) {
+        let (job, state) = (&self.job, &mut self.state);
+        if job.status().is_none() || state.stopping_for(Why::Leftovers) {
+            return;
+        }
+        if state.term_sent {
+            info!(
+                pgid = job.pid(),
+                "command exited but its process group lives on (or processes it left, adopted by lockrun); the group has had SIGTERM already"
+            );
+            // Adopted processes are in no group of ours: they had no SIGTERM yet.
+            job.signal(To::Adopted, libc::SIGTERM);
+        } else {
+            info!(
+                pgid = job.pid(),
+                "command exited but its process group lives on (or processes it left, adopted by lockrun); sending SIGTERM"
+            );
+            job.signal(To::Leftovers, libc::SIGTERM);
+            state.term_sent = true;
+        }
+        state.stop(Why::Leftovers, KillAt::At(now + self.kill_after));
+    }
+
+    /// With `--on-lost terminate`: the job is stopped ahead of the lease's deadline when no
+    /// renewal is confirmed in time.
+    fn lock_deadline(&mut self, now: Instant) {
+        let (job, state) = (&self.job, &mut self.state);
+        let Some(d) = self.deadline.filter(|_| self.terminate && !state.losing()) else {
+            return;
+        };
+        // Past the SIGTERM moment with a renewal that was due long ago and never sent:
+        // lockrun itself was stalled (SIGSTOP, a frozen VM), the lease may be intact. The
+        // overdue renewal goes first (the watchdog sends it as soon as this loop waits),
+        // with half of what is left before SIGKILL; only if it is not confirmed by then
+        // does the job get SIGTERM. SIGKILL stays where it was, before the lease can end.
+        let stalled = d.renewal_overdue(now);
+        if stalled && now >= d.term_at() && now < d.kill_at() && state.renewal_window.is_none() {
+            state.renewal_window = Some(now + (d.kill_at() - now) / 2);
+            info!(left = %Human(d.get().saturating_duration_since(now)),
+                  "lockrun was stalled past the moment to stop the job; renewing first");
+        }
+        if now >= state.term_at(d) {
+            // Signal first, log after: nothing may delay the job's stop.
+            if !state.term_sent {
+                job.signal(To::Job, libc::SIGTERM);
+                state.term_sent = true;
+            }
+            state.stop(Why::Lock, KillAt::LeaseEnd);
+            error!(left = %Human(d.get().saturating_duration_since(now)), grace = %Human(d.grace()),
+                   "redis lock lost: no renewal confirmed in time; stopping the job before its lease can expire");
+        }
+    }
+
+    /// SIGKILL, once, when the earliest reason's moment has come.
+    fn kill(&mut self, now: Instant, kill_by: Option<(Instant, Option<i32>)>) {
+        let state = &mut self.state;
+        if let Some((_, signal)) = kill_by.filter(|(at, _)| !state.killed && now >= *at) {
+            self.job.signal(To::Leftovers, libc::SIGKILL);
+            state.killed = true;
+            let after = signal.map_or_else(|| "SIGTERM".to_string(), signals::name);
+            warn!("job still running after {after}; sending SIGKILL");
+        }
+    }
+
+    /// lockrun received `r`.
+    fn on_signal(&mut self, r: Received) {
+        // A SIGTERM forwarded to the whole group is the one the job gets: when the command
+        // exits and leaves members behind, they are not sent another (a trap would run
+        // twice); they get --kill-after to finish, then SIGKILL.
+        if r.signo != libc::SIGCHLD && self.forward(r) && r.signo == libc::SIGTERM {
+            self.state.term_sent = true;
+        }
+        // Not a terminal's Ctrl-C (sent by the kernel): in an interactive session that
+        // interrupts what the job is doing, it does not ask the job to go away.
+        let interactive = r.from_kernel && r.signo == libc::SIGINT;
+        if signals::ABORTING.contains(&r.signo) && !interactive {
+            self.state.stop(
+                Why::Signal(r.signo),
+                KillAt::At(Instant::now() + self.kill_after),
+            );
+        }
+    }
+
+    /// Passes a signal lockrun received on to the job. Returns whether the whole group got it.
+    fn forward(&self, r: Received) -> bool {
+        // With --no-group the command shares our process group, so a signal from the terminal
+        // (Ctrl-C, Ctrl-\, hangup) already reached it; forwarding would deliver it twice.
+        if !self.job.group() && r.from_kernel {
+            return false;
+        }
+        debug!(signal = %signals::name(r.signo), "forwarding signal");
+        self.job.signal(To::Job, r.signo);
+        self.job.group()
+    }
+
+    /// The watchdog found the lock lost.
+    fn on_lost(&mut self, why: Lost) {
+        self.lost_seen = true;
+        let state = &mut self.state;
+        let already = state.losing();
+        if self.terminate && !already {
+            if !state.term_sent {
+                self.job.signal(To::Job, libc::SIGTERM);
+                state.term_sent = true;
+            }
+            // The server says the key is gone: there is no lease left to wait out.
+            let grace = self.deadline.map_or(self.kill_after, Deadline::grace);
+            state.stop(Why::Lock, KillAt::At(Instant::now() + grace));
+        }
+        let why = match why {
+            Lost::NotOwner => "redis lock lost: the key expired or now belongs to another holder",
+            Lost::Expired => "redis lock lost: no renewal confirmed within the TTL",
+        };
+        if already {
+            debug!("{why}");
+        } else {
+            error!("{why}");
+        }
+        if !self.terminate {
+            warn!("--on-lost continue: the command keeps running without the lock");
+        }
+    }
+
+    /// The job is gone: how it ended.
+    fn end(mut self) -> JobEnd {
+        self.job.take_terminal_back();
+        JobEnd {
+            status: self.job.status().unwrap_or(ExitCode::Internal),
+            stopped: self.state.stopped(),
+            lock_lost: self.lost_seen,
+        }
+    }
+}
+
+/// Supervises the job until it is gone, forwarding signals and reaping. With a `guard`, the
+/// job is stopped when the lock is lost or can no longer be confirmed, *ahead of* the lease's
+/// deadline (SIGTERM at `term_at`, SIGKILL at `kill_at`); its end then says [`Stopped::Lock`].
+///
+/// After the command itself exits, leftover members of its group get SIGTERM, then SIGKILL
+/// after `--kill-after`; this returns only when none is alive, so the caller releases the lock
+/// only once the whole job is gone. The lock keeps being renewed meanwhile (the guard's future
+/// is still polled), and also while the job shuts down after a loss: a renewal confirmed then
+/// moves the SIGKILL later, so the job gets its grace whenever the lease allows it.
+///
+/// A stop request from outside is passed on to the job, which has `--kill-after` to end before
+/// its group gets SIGKILL. Without this a job that ignores the signal ran to its natural end,
+/// and the platform's own SIGKILL took lockrun with the lock held, no history and no metrics.
+pub async fn supervise<P: Processes, S: Incoming, F: Future<Output = Lost>>(
+    job: P,
+    signals: &mut S,
+    guard: Option<Guard<'_, F>>,
+) -> JobEnd {
+    let (lost, deadline, terminate) = match guard {
+        Some(g) => (Some(g.lost), Some(g.deadline), g.terminate),
+        None => (None, None, false),
+    };
+    let mut lost = std::pin::pin!(lost);
+    let mut sup = Supervision::new(job, deadline, terminate);
+    loop {
+        if sup.gone() {
+            break;
+        }
+        let next = sup.due(Instant::now());
+        tokio::select! {
+            r = signals.recv() => sup.on_signal(r),
+            why = async { lost.as_mut().as_pin_mut().unwrap().await }, if lost.is_some() && !sup.lost_seen => {
+                sup.on_lost(why);
+            }
+            () = async { tokio::time::sleep_until(next.unwrap()).await }, if next.is_some() => {}
+            // Our clock was measured slow: the moments above are earlier now.
+            () = async { deadline.unwrap().moved_earlier().await }, if deadline.is_some() => {}
+        }
+    }
+    sup.end()
+}
+
+#[cfg(test)]
+mod tests;
