@@ -106,35 +106,28 @@ fn quiet_given(m: &clap::ArgMatches) -> bool {
 /// history -- ./rotate.sh`: cron saw success and the job never ran), so it is refused, saying
 /// what to write instead. `run` itself takes all of them.
 fn run_line_with_a_verb(cmd: &clap::Command, argv: &[OsString], at: usize) -> Option<String> {
-    let verb = argv[at].to_string_lossy().into_owned();
+    let verb = argv[at].to_string_lossy();
     let sub = cmd
-        .find_subcommand(&verb)
+        .find_subcommand(&*verb)
         .filter(|s| s.get_name() != "run")?;
-    let known = |word: &str| {
-        let word = word.split('=').next().unwrap_or(word);
-        sub.get_arguments().any(|a| {
-            word.strip_prefix("--")
-                .is_some_and(|l| a.get_long() == Some(l))
-                || (word.len() == 2
-                    && word.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short())
-        })
+    // Whether `c` has the option the word names exactly (`--name`, `--name=…`, `-c`; help and
+    // version are every command's: clap adds a verb's own when it is built).
+    let has = |c: &clap::Command, word: &str| {
+        let name = word.split('=').next().unwrap_or(word);
+        c.get_arguments()
+            .filter(|a| !is_help_or_version(a))
+            .any(|a| {
+                name.strip_prefix("--").map_or(
+                    name.len() == 2
+                        && name.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short(),
+                    |long| a.get_long() == Some(long),
+                )
+            })
     };
-    // Help and version are every command's (clap adds a verb's own when it is built).
-    let run_only = cmd
-        .get_arguments()
-        .filter(|a| !is_help_or_version(a))
-        .flat_map(|a| {
-            let long = a.get_long().map(|l| format!("--{l}"));
-            let short = a.get_short().map(|c| format!("-{c}"));
-            long.into_iter().chain(short)
-        })
-        .collect::<Vec<_>>();
-    let runs = argv[1..].iter().map(|w| w.to_string_lossy()).any(|w| {
-        w == "--" || {
-            let name = w.split('=').next().unwrap_or(&w);
-            w.starts_with('-') && !known(&w) && run_only.iter().any(|o| o == name)
-        }
-    });
+    let runs = argv[1..]
+        .iter()
+        .map(|w| w.to_string_lossy())
+        .any(|w| w == "--" || (w.starts_with('-') && has(cmd, &w) && !has(sub, &w)));
     runs.then(|| {
         format!(
             "'{verb}' is an operators' command (lockrun {verb} --help), and this line has a \
@@ -215,23 +208,17 @@ pub(super) fn values_of(cmd: &clap::Command, argv: &[OsString], id: &str) -> Vec
             values.push(v);
         }
     };
-    let Some(at) = scan(cmd, argv, 1, &mut each) else {
-        return values;
-    };
-    // The definition that reads the rest, and how many more words it has before COMMAND (a
-    // command has no COMMAND: every word is its own).
-    let (rest, mut words) = match cmd.find_subcommand(&argv[at]) {
-        Some(run) if run.get_name() == "run" => (run, 1),
+    let mut at = scan(cmd, argv, 1, &mut each);
+    // The definition that reads the words after the first, and how many words it reads options
+    // beyond: a run's KEY (with `run`, its own word too), every word of a command.
+    let (rest, mut past) = match at.and_then(|i| cmd.find_subcommand(&argv[i])) {
+        Some(run) if run.get_name() == "run" => (run, 2),
         Some(verb) => (verb, usize::MAX),
-        None => (cmd, 0),
+        None => (cmd, 1),
     };
-    let mut from = at + 1;
-    while let Some(at) = scan(rest, argv, from, &mut each) {
-        if words == 0 {
-            break;
-        }
-        words -= 1;
-        from = at + 1;
+    while let Some(i) = at.filter(|_| past > 0) {
+        past -= 1;
+        at = scan(rest, argv, i + 1, &mut each);
     }
     values
 }
