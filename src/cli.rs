@@ -82,7 +82,7 @@ static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(test)]
 mod tests {
-    use super::dispatch::{command_word, is_help_or_version, run_alone, whole, without_empty_env};
+    use super::dispatch::{command_word, is_help_or_version, whole, without_empty_env};
     use super::said::{help_or_version, json_wanted, one_line};
     use super::*;
     use crate::logging::Format;
@@ -161,8 +161,7 @@ mod tests {
                 "x",
             ],
         ] {
-            let mut run = without_empty_env(Args::command());
-            let Some(Invocation::Run(fast)) = run_alone(&mut run, &argv(line)) else {
+            let Ok(Invocation::Run(fast)) = dispatch::parse_from(argv(line)) else {
                 panic!("{line:?}: not read as a plain run");
             };
             match whole(argv(line), None) {
@@ -170,24 +169,18 @@ mod tests {
                 other => panic!("{line:?}: the whole command read {other:?}"),
             }
         }
-        // Everything else is left to the whole command.
-        for line in [
-            &["status", "k"][..],
-            &["-r", "redis://a", "list"],
-            &["run", "status", "--", "true"],
-            &["-h"],
-            &["--version"],
-            &["k"],
-            &["-t", "0", "k", "true"],
-            &["--bogus", "k", "true"],
+        // A command word, wherever the options put it, is the whole command's to read.
+        let run = without_empty_env(Args::command());
+        for (line, at) in [
+            (&["status", "k"][..], 1),
+            (&["-r", "redis://a", "-t5s", "list"], 4),
+            (&["-vq", "--ttl", "5s", "run", "status", "--", "true"], 4),
+            (&["k", "status"], 0),
+            (&["-r", "status", "k", "true"], 0),
+            (&["--", "status", "true"], 0),
         ] {
-            let mut run = without_empty_env(Args::command());
-            let argv = argv(line);
-            let a_command = command_word(&run, &argv).is_some();
-            assert!(
-                a_command || run_alone(&mut run, &argv).is_none(),
-                "{line:?}"
-            );
+            let at = Some(at).filter(|&at| at > 0);
+            assert_eq!(command_word(&run, &argv(line)), at, "{line:?}");
         }
     }
 

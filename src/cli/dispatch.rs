@@ -8,11 +8,11 @@
 //! a command makes the line that command, the word moved to the front so the shared options
 //! may come before it as well as after; any other word is a run's KEY.
 //!
-//! A run that parses is read by the run form's own definition alone ([`Args`]), without the
-//! subcommands (each a copy of the connection and log options) and their help texts: a run does
-//! not need them and every cron tick would pay to build them (docs/benchmarks.md). Everything
-//! else (a command, `run`, help, version, any error) is read and said by the whole [`command`];
-//! a line with no command word parses to the same [`Args`] either way.
+//! A run is read by the run form's own definition alone ([`Args`]), without the subcommands
+//! (each a copy of the connection and log options) and their help texts: a run does not need
+//! them and every cron tick would pay to build them (docs/benchmarks.md); its usage errors are
+//! said from that parse. A command, `run`, help and version are read and said by the whole
+//! [`command`]; a line with no command word parses to the same [`Args`] either way.
 
 use super::said::said;
 use super::{command, verbs, Args, Invocation};
@@ -23,9 +23,17 @@ use std::ffi::OsString;
 /// The line (the program's name first), parsed; help, version and errors already said.
 pub(super) fn parse_from(argv: Vec<OsString>) -> Result<Invocation, ExitCode> {
     let mut run = without_empty_env(Args::command());
-    match command_word(&run, &argv) {
-        Some(at) => whole(argv, Some(at)),
-        None => run_alone(&mut run, &argv).map_or_else(|| whole(argv, None), Ok),
+    if let Some(at) = command_word(&run, &argv) {
+        return whole(argv, Some(at));
+    }
+    match run
+        .try_get_matches_from_mut(&argv)
+        .and_then(|m| run_from(&m))
+    {
+        Ok(run) => Ok(run),
+        // Help and version are the whole command's to say: its commands, its two tiers.
+        Err(e) if !e.use_stderr() => whole(argv, None),
+        Err(e) => Err(said(&run, e, &argv)),
     }
 }
 
@@ -37,13 +45,6 @@ pub(super) fn command_word(run: &clap::Command, argv: &[OsString]) -> Option<usi
     let at = scan(run, argv, 1, |_, _| ())?;
     let word = argv[at].to_str()?;
     (word == "run" || verbs::Verb::has_subcommand(word)).then_some(at)
-}
-
-/// A run read by the run form's definition alone; `None` when that does not parse (help,
-/// version, an error), for [`whole`] to say.
-pub(super) fn run_alone(run: &mut clap::Command, argv: &[OsString]) -> Option<Invocation> {
-    let m = run.try_get_matches_from_mut(argv).ok()?;
-    run_from(&m).ok()
 }
 
 /// The line read by the whole [`command`]; `at`: where its command word is, if it has one.
