@@ -47,7 +47,8 @@ pub(super) fn command_word(run: &clap::Command, argv: &[OsString]) -> Option<usi
     (word == "run" || verbs::Verb::has_subcommand(word)).then_some(at)
 }
 
-/// The line read by the whole [`command`]; `at`: where its command word is, if it has one.
+/// The line read by the whole [`command`]: a command's (`at`: where its word is), or a run's
+/// help or version.
 pub(super) fn whole(mut argv: Vec<OsString>, at: Option<usize>) -> Result<Invocation, ExitCode> {
     let mut cmd = without_empty_env(command());
     if let Some(at) = at {
@@ -96,7 +97,7 @@ fn from_env(m: &clap::ArgMatches, id: &str) -> bool {
     m.value_source(id) == Some(clap::parser::ValueSource::EnvVariable)
 }
 
-/// Whether `-q` came from the command line rather than `LOCKRUN_QUIET` (see [`Logs::quiet_given`]).
+/// Whether `-q` came from the command line rather than `LOCKRUN_QUIET` (see [`super::Logs::quiet_given`]).
 fn quiet_given(m: &clap::ArgMatches) -> bool {
     m.value_source("quiet") == Some(clap::parser::ValueSource::CommandLine)
 }
@@ -200,8 +201,8 @@ fn takes(a: &clap::Arg, w: &str) -> bool {
         || (a.is_allow_negative_numbers_set() && w[1..].parse::<f64>().is_ok())
 }
 
-/// The values option `id` has on a line as the whole command `cmd` reads it: before the line's
-/// first word, then in the command it names (up to `--`) or, in a run, before COMMAND.
+/// The values option `id` has on a line as `cmd` reads it: before the line's first word, then
+/// in the command it names (up to `--`) or, in a run, before COMMAND.
 pub(super) fn values_of(cmd: &clap::Command, argv: &[OsString], id: &str) -> Vec<Option<String>> {
     let mut values = Vec::new();
     let mut each = |a: &clap::Arg, v: Option<String>| {

@@ -82,9 +82,10 @@ fn from_environment(cmd: &clap::Command, e: &clap::Error, argv: &[OsString]) -> 
 
 /// Whether the user asked for JSON log lines: a usage error is said before the options are
 /// known, and a log pipeline that asked for JSON must not get a plain-text line it cannot
-/// parse. The line's `--log-format` where the whole command `cmd` reads options (its value taken
-/// as written: another option's refused value must not hide the wish), else its variable; given
-/// twice or without a value, clap has refused it, and the line is said in text.
+/// parse. The line's `--log-format` where `cmd` (the whole command, or a run's own definition)
+/// reads options, its value taken as written (another option's refused value must not hide the
+/// wish), else its variable; given twice or without a value, clap has refused it, and the line
+/// is said in text.
 pub(super) fn json_wanted(cmd: &clap::Command, argv: &[OsString]) -> bool {
     let is_it = |a: &clap::Arg| a.get_id() == "log_format";
     let given = values_of(cmd, argv, "log_format");
