@@ -4,9 +4,9 @@
 //! Every option also reads a `LOCKRUN_*` environment variable, so a Kubernetes manifest or a
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
 //!
-//! Where each part lives: the options ([`options`]), what help says beyond them and its two
-//! tiers ([`help`]), which form a line is and its one parse ([`dispatch`]), what a line that
-//! does not parse becomes ([`said`]), the operators' commands ([`verbs`]).
+//! Where each part lives: the options (`options.rs`), what help says beyond them and its two
+//! tiers (`help.rs`), which form a line is and its one parse (`dispatch.rs`), what a line that
+//! does not parse becomes (`said.rs`), the operators' commands ([`verbs`]).
 
 mod dispatch;
 mod help;
