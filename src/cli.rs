@@ -67,7 +67,7 @@ pub fn parse() -> Result<Invocation, ExitCode> {
 /// only when the first word that is not an option (or an option's value) names a subcommand of
 /// [`command`] is it a command; it moves to the front, so the connection and log options may
 /// come before it as well as after (`lockrun -r URL status KEY`). `run` is the run form again,
-/// for a lock named like a command. How: [`dispatch`].
+/// for a lock named like a command. How: `cli/dispatch.rs`.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
 where
     I: IntoIterator<Item = T>,
