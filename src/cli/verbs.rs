@@ -4,7 +4,8 @@
 //! same crontab line or manifest environment that runs a job can inspect its lock. They are
 //! subcommands of [`super::command`].
 
-use super::{parse_key, Connection, Logs};
+use super::options::{parse_key, OUTPUT};
+use super::{Connection, Logs};
 use crate::exit_codes::ExitCode;
 
 /// An empty pattern matches no key: said, rather than an empty list that looks like no locks.
@@ -52,7 +53,7 @@ pub(super) fn for_a_verb(cmd: clap::Command) -> clap::Command {
     // Off here as well as on the whole command (where it is global), so that a command taken
     // alone (its man page) still has one help flag.
     cmd.disable_help_flag(true)
-        .arg(super::help_flag())
+        .arg(super::help::help_flag())
         .mut_arg("quiet", |a| {
             a.long_help("Print errors only\n\nLOCKRUN_QUIET yields to -v.")
         })
@@ -69,7 +70,7 @@ pub struct Common {
     pub conn: Connection,
 
     /// Print one JSON document on stdout instead of text
-    #[arg(long, help_heading = super::OUTPUT)]
+    #[arg(long, help_heading = OUTPUT)]
     pub json: bool,
 
     #[command(flatten)]
