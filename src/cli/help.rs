@@ -55,10 +55,13 @@ pub(super) fn help_flag() -> clap::Arg {
         .help_heading(OUTPUT)
 }
 
-/// The one example `-h` and `--help` (and the man page) end with: the commonest use.
+/// The one example `-h` and `--help` (and the man page) end with: the commonest use, the
+/// command of the README's crontab line. Not the crontab line itself: the `PATH=` prefix that
+/// line needs for cron does not fit a help screen's width, and a wrapped crontab line does not
+/// work.
 pub const EXAMPLE: (&str, &str) = (
-    "crontab, the same line on every host; one runs the job each minute",
-    "* * * * * lockrun -q -E 0 --every 1m -r redis://db1 report -- /opt/report.sh",
+    "the same job on many hosts, one runs it each minute; the crontab line is in the README",
+    "lockrun -r redis://db1 -q -E 0 --every 1m report -- /opt/report.sh",
 );
 
 /// The codes in a few words each, comma-separated (`76 lock lost, 64 usage error`).

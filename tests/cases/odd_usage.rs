@@ -747,3 +747,58 @@ fn tls_options_trust_a_private_ca_and_present_a_client_certificate() {
     ]);
     assert_one_line(cmd, 64, "need a rediss:// URL");
 }
+
+/// The example `--help` and `-h` (and the man page) end with is the command of the README's
+/// crontab recipe, with the same options: the recipe works as pasted on every cron and install
+/// channel (the real-cron test installs it), and the help must not show a crontab line of its
+/// own that no test runs (one without the recipe's `PATH=` prefix fails under Debian's cron).
+#[test]
+fn the_help_example_is_the_readmes_crontab_command() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let line = readme
+        .split("```cron\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .and_then(|block| block.lines().find(|l| l.starts_with("* * * * * ")))
+        .expect("README.md has a ```cron block with a crontab line");
+    // The options and their values, without the URL, the key and the job, which differ.
+    let options = |cmd: &str| -> Vec<String> {
+        let words: Vec<&str> = cmd.split_whitespace().collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < words.len() && words[i] != "--" {
+            match words[i] {
+                "-r" => i += 1,
+                "-E" | "--every" => {
+                    out.push(format!("{} {}", words[i], words[i + 1]));
+                    i += 1;
+                }
+                w if w.starts_with('-') => out.push(w.to_string()),
+                _ => {}
+            }
+            i += 1;
+        }
+        out
+    };
+    let recipe = &line[line.find(" lockrun ").expect("the line runs lockrun") + 1..];
+    for flag in ["--help", "-h"] {
+        let mut cmd = Lockrun::bare();
+        cmd.arg(flag);
+        let help = stdout_of(&run(cmd));
+        let example = help
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("lockrun -r "))
+            .unwrap_or_else(|| panic!("lockrun {flag} ends with an example command:\n{help}"));
+        assert!(
+            !help.contains("* * * * *"),
+            "lockrun {flag} shows a crontab line of its own:\n{help}"
+        );
+        assert_eq!(
+            options(example),
+            options(recipe),
+            "lockrun {flag}'s example vs the README's crontab line"
+        );
+    }
+}
