@@ -4,9 +4,13 @@
 use super::connect::{Conn, Connector, Fail, Primary, Wake};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
-use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
+use super::keys::{has_hash_tag, history_args, wake_channel};
 use super::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
-use super::scripts::{self, Script};
+use super::scripts::acquire::{AcquireReply, AcquireRequest};
+use super::scripts::leave::LeaveRequest;
+use super::scripts::release::{ReleaseReply, ReleaseRequest};
+use super::scripts::renew::{RenewReply, RenewRequest};
+use super::scripts::{self, as_string, held_by, Call, Request};
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::{
     Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Reading, Release, Renew,
@@ -465,13 +469,8 @@ impl RedisLock {
 
     /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]) for the
     /// operators' commands, on the connection as it is ([`Route::AsConnected`]).
-    pub(super) async fn eval(
-        &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Value, LockError> {
-        self.eval_acked(script, keys, args, false, Route::AsConnected)
+    pub(super) async fn eval(&mut self, call: &Call) -> Result<Value, LockError> {
+        self.eval_acked(call, false, Route::AsConnected)
             .await
             .map(|(v, _)| v)
     }
@@ -480,13 +479,11 @@ impl RedisLock {
     /// `EVAL` (one round trip) and its verdict comes back beside the script's reply.
     async fn eval_acked(
         &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: &Call,
         ack: bool,
         route: Route,
     ) -> Result<(Value, Acked), LockError> {
-        match self.eval_once(script, keys, args, ack, route).await {
+        match self.eval_once(call, ack, route).await {
             // The connection was dropped under the request (the server closed an idle client,
             // CLIENT KILL, a proxy restart): one more try on a fresh connection, so one broken
             // socket does not fail a run. Safe because every script here is idempotent for its
@@ -495,7 +492,7 @@ impl RedisLock {
             // slow, black-holed or down, and the budget for this request is spent.
             Err(Failed::Dropped(e)) => {
                 tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
-                self.eval_once(script, keys, args, ack, route)
+                self.eval_once(call, ack, route)
                     .await
                     .map_err(Failed::into_error)
             }
@@ -507,14 +504,12 @@ impl RedisLock {
     /// that the first attempt's outcome is unknown (see `app::turn::release`).
     async fn eval_once(
         &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: &Call,
         ack: bool,
         route: Route,
     ) -> Result<(Value, Acked), Failed> {
         let sent = Sent {
-            script: script.text(),
+            script: call.script.text(),
             publish: self.publish(),
         };
         let watched = route != Route::AsConnected;
@@ -524,10 +519,7 @@ impl RedisLock {
         let mut moves = 0;
         let (reply, mut conn) = loop {
             let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
-            match self
-                .send_script(&mut conn, script, keys, args, ack, watched)
-                .await
-            {
+            match self.send_script(&mut conn, call, ack, watched).await {
                 Ok(reply) => break (reply, conn),
                 Err(now) if moves < 3 => {
                     moves += 1;
@@ -597,9 +589,7 @@ impl RedisLock {
     async fn send_script(
         &mut self,
         conn: &mut Conn,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
+        call: &Call,
         ack: bool,
         watched: bool,
     ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
@@ -612,46 +602,40 @@ impl RedisLock {
         // blocked for nothing, and the retry would block again (with --acks the WAIT costs
         // far more than the script anyway).
         let by_sha = self.evalsha && !(ack && self.acking());
+        let text = call.script.text();
         if !by_sha {
             return self
-                .send(conn, "EVAL", script.text(), keys, args, ack, watched)
+                .send(conn, call.command("EVAL", text), ack, watched)
                 .await;
         }
-        let sha = script.sha();
-        match self
-            .send(conn, "EVALSHA", sha, keys, args, ack, watched)
-            .await?
-        {
+        let by_sha = call.command("EVALSHA", call.script.sha());
+        match self.send(conn, by_sha, ack, watched).await? {
             // A server without one script (new, restarted, failed over) has none of them:
             // the rest of this process sends them whole (each EVAL caches one there, for
             // the next lockrun), so a run pays one extra round trip at most, and a retry
             // under faults never pays two.
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.evalsha = false;
-                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
+                self.send(conn, call.command("EVAL", text), ack, watched)
                     .await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
             Err(e) if redis_errors::evalsha_refused(&e) => {
                 tracing::debug!("EVALSHA refused; using EVAL");
                 self.evalsha = false;
-                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
+                self.send(conn, call.command("EVAL", text), ack, watched)
                     .await
             }
             other => Ok(other),
         }
     }
 
-    /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
-    /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
-    #[allow(clippy::too_many_arguments)]
+    /// One `EVAL`/`EVALSHA` (`cmd`), with `WAIT`/`WAITAOF` pipelined behind it when `ack`
+    /// and `--acks`/`--fsync` ask for it: one round trip either way.
     async fn send(
         &self,
         conn: &mut Conn,
-        eval: &str,
-        body: &str,
-        keys: &[&str],
-        args: &[&str],
+        cmd: redis::Cmd,
         ack: bool,
         watched: bool,
     ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
@@ -665,8 +649,6 @@ impl RedisLock {
         // (a promoted replica without replicas of its own waits it out every time); asked
         // again, a release would find its own deletion and report the key as not ours. That
         // request fails as unavailable, and its caller's own retry says what it knows.
-        let mut cmd = redis::cmd(eval);
-        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
         let waits = ack && self.acking();
         let started = std::time::Instant::now();
         loop {
@@ -804,49 +786,21 @@ impl LockService for RedisLock {
         queue: bool,
     ) -> Result<Acquire, LockError> {
         self.check_key(&spec.key)?;
-        let keys = Keys::of(&spec.key);
-        let ttl = spec.ttl.as_millis().to_string();
-        let ticket = if queue {
-            TICKET.as_millis().to_string()
-        } else {
-            "0".into()
+        let request = AcquireRequest {
+            key: &spec.key,
+            value: &holder.value,
+            ttl: spec.ttl,
+            id: &holder.id,
+            ticket: queue.then_some(TICKET),
+            limit: spec.limit,
+            // The history cap, read only when this attempt ends the run (not queueing, lock
+            // held): the script composes that "skipped" entry from the holder value.
+            history: if queue { 0 } else { spec.history },
+            publish: self.publish(),
         };
-        // The history cap, read only when this attempt ends the run (not queueing, lock held):
-        // the script composes that "skipped" entry from the holder value (`note_skipped`).
-        let cap = if queue { 0 } else { spec.history };
-        let history = [cap.to_string()];
         let sent_at = Instant::now();
-        let key_args = [
-            spec.key.as_str(),
-            &keys.fence,
-            &keys.queue,
-            &keys.tickets,
-            &keys.history,
-        ];
         self.unsettled = true;
-        let (reply, acked) = match spec.limit {
-            None => {
-                let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
-                self.eval_acked(&scripts::ACQUIRE, &key_args, &args, true, Route::Named)
-                    .await?
-            }
-            Some(n) => {
-                let n = n.to_string();
-                let publish = self.publish();
-                let args = [
-                    &holder.value,
-                    &ttl,
-                    &holder.id,
-                    &ticket,
-                    &n,
-                    &keys.channel,
-                    publish,
-                ];
-                let args = with_history(&args, &history);
-                self.eval_acked(&scripts::SEM_ACQUIRE, &key_args, &args, true, Route::Named)
-                    .await?
-            }
-        };
+        let (reply, acked) = self.eval_acked(&request.call(), true, Route::Named).await?;
         let confirmed_at = Instant::now();
         let lease = Lease {
             holder: holder.clone(),
@@ -855,7 +809,7 @@ impl LockService for RedisLock {
             confirmed_at,
             readings: Vec::new(),
         };
-        let decoded = match self.acquired(spec, lease, reply) {
+        let decoded = match AcquireReply::decode(reply) {
             Ok(decoded) => decoded,
             // Whatever answered ran the request and said something none of the script's
             // replies say: it may have granted the lock. The attempt stays unsettled, so the
@@ -867,7 +821,7 @@ impl LockService for RedisLock {
             }
         };
         self.unsettled = false;
-        let acquired = decoded?;
+        let acquired = self.acquired(spec, lease, decoded)?;
         if let (Acquire::Acquired(_), Err(e)) = (&acquired, acked) {
             // Not on enough replicas: a failover now could hand the key to someone else. Give
             // it back (token-checked) rather than hold it half-safely, and without waiting for
@@ -894,32 +848,28 @@ impl LockService for RedisLock {
     }
 
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
-        let ttl = spec.ttl.as_millis().to_string();
-        let script = if spec.limit.is_some() {
-            &scripts::SEM_RENEW
-        } else {
-            &scripts::RENEW
+        let request = RenewRequest {
+            key: &spec.key,
+            value: &lease.holder.value,
+            ttl: spec.ttl,
+            semaphore: spec.limit.is_some(),
         };
         let sent = Instant::now();
         let (reply, acked) = self
             // Behind Sentinel on the primary a majority names now, and only then (see
             // `Route::Named`): the token check then runs there, and a key that a failover lost
             // means the lock is lost.
-            .eval_acked(
-                script,
-                &[&spec.key],
-                &[&lease.holder.value, &ttl],
-                true,
-                Route::Named,
-            )
+            .eval_acked(&request.call(), true, Route::Named)
             .await?;
         let received = Instant::now();
-        match reply {
-            Value::Int(0) => Ok(Renew::NotOwner),
+        match RenewReply::decode(reply) {
+            Ok(RenewReply::NotOwner) => Ok(Renew::NotOwner),
             // Renewed: the server's clock. Not acknowledged: the deadline stays where the last
             // acknowledged write put it (the watchdog retries until then).
-            Value::Int(us) if us > 0 => acked.map(|()| Renew::Renewed(reading(us, sent, received))),
-            other => Err(self.unexpected(&other)),
+            Ok(RenewReply::Renewed { server_us }) => {
+                acked.map(|()| Renew::Renewed(reading(server_us, sent, received)))
+            }
+            Err(odd) => Err(self.unexpected(&odd)),
         }
     }
 
@@ -937,13 +887,14 @@ impl LockService for RedisLock {
         // Hashed here, not on the server: the token never leaves this process, and an id
         // presented in its place hashes to something else.
         let id = super::public_id(token);
+        let request = held_by::HeldByRequest {
+            key: &spec.key,
+            id: &id,
+        };
         let (reply, _) = self
-            .eval_acked(&scripts::HELD_BY, &[&spec.key], &[&id], false, Route::Named)
+            .eval_acked(&request.call(), false, Route::Named)
             .await?;
-        match reply {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(self.unexpected(&other)),
-        }
+        held_by::decode(reply).map_err(|odd| self.unexpected(&odd))
     }
 
     async fn leave_queue(
@@ -952,20 +903,18 @@ impl LockService for RedisLock {
         holder: &Holder,
         note: Option<&Note>,
     ) -> Result<(), LockError> {
-        let keys = Keys::of(&spec.key);
-        let limit = spec.limit.unwrap_or(0).to_string();
-        let history = history_args(spec, holder, None, note);
-        let publish = self.publish();
-        let args = with_history(&[&holder.id, &limit, &keys.channel, publish], &history);
-        self.eval_acked(
-            &scripts::LEAVE,
-            &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
-            &args,
-            false,
-            Route::Named,
-        )
-        .await
-        .map(|_| ())
+        let request = LeaveRequest {
+            key: &spec.key,
+            id: &holder.id,
+            limit: spec.limit,
+            history: history_args(spec, holder, None, note),
+            publish: self.publish(),
+        };
+        // Its reply changes nothing for the waiter that leaves (see `LeaveReply`): a queue
+        // spoiled by hand is reported by the next acquire, and a ticket left behind expires.
+        self.eval_acked(&request.call(), false, Route::Named)
+            .await
+            .map(|_| ())
     }
 
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {
@@ -995,57 +944,27 @@ impl LockService for RedisLock {
 }
 
 impl RedisLock {
-    /// What the acquire script's reply says (see acquire.lua): `lease` (its fence still 0)
-    /// when it granted the lock; `Err` with the reply when it is none of the script's.
+    /// What the acquire script's reply says: `lease` (its fence still 0) when it granted
+    /// the lock.
     fn acquired(
         &self,
         spec: &LockSpec,
         lease: Lease,
-        reply: Value,
-    ) -> Result<Result<Acquire, LockError>, Value> {
-        let Value::Array(items) = reply else {
-            return Err(reply);
-        };
-        Ok(match (items.first(), items.get(1)) {
-            (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
-                fence: *fence as u64,
-                readings: match items.get(2) {
-                    Some(Value::Int(us)) => reading(*us, lease.sent_at, lease.confirmed_at),
-                    _ => Vec::new(),
-                },
+        reply: AcquireReply,
+    ) -> Result<Acquire, LockError> {
+        Ok(match reply {
+            AcquireReply::Acquired { fence, server_us } => Acquire::Acquired(Lease {
+                fence,
+                readings: server_us.map_or_else(Vec::new, |us| {
+                    reading(us, lease.sent_at, lease.confirmed_at)
+                }),
                 ..lease
-            })),
-            (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
-                holder: items.get(2).and_then(as_string),
-                // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
-                // free but promised to a queued waiter: no lease end to sleep by.
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                rank: match items.get(3) {
-                    Some(Value::Int(r)) => u64::try_from(*r).ok(),
-                    _ => None,
-                },
             }),
-            (Some(Value::Int(-1)), Some(kind)) => {
-                let kind = as_string(kind).unwrap_or_default();
-                let key = spec.key.clone();
-                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
-                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
-                    (None, "zset") => Misuse::IsSemaphore { key },
-                    (Some(_), "string") => Misuse::IsPlainLock { key },
-                    _ => Misuse::Foreign { key, found: kind },
-                })))
+            AcquireReply::Held { pttl, holder, rank } => Acquire::Held { holder, pttl, rank },
+            AcquireReply::Refused(refusal) => {
+                let misuse = refusal.misuse(&spec.key, spec.limit);
+                return Err(self.error(Kind::Misuse(misuse)));
             }
-            (Some(Value::Int(-2)), Some(key)) => {
-                let key = as_string(key).unwrap_or_default();
-                Err(
-                    self.error(Kind::Misuse(if key == Keys::of(&spec.key).fence {
-                        Misuse::SpoiledFence { helper: key }
-                    } else {
-                        Misuse::SpoiledQueue { helper: key }
-                    })),
-                )
-            }
-            _ => return Err(Value::Array(items)),
         })
     }
 
@@ -1059,31 +978,19 @@ impl RedisLock {
         note: Option<&Note>,
         ack: bool,
     ) -> Result<Release, LockError> {
-        // Round up: keeping a millisecond too long is harmless, too short is not.
-        let keep = keep_for.as_micros().div_ceil(1000).to_string();
-        let script = if spec.limit.is_some() {
-            &scripts::SEM_RELEASE
-        } else {
-            &scripts::RELEASE
-        };
-        let keys = Keys::of(&spec.key);
         let fence = (lease.fence > 0).then_some(lease.fence);
-        let history = history_args(spec, &lease.holder, fence, note);
-        let publish = self.publish();
-        let args = with_history(
-            &[&lease.holder.value, &keep, &keys.channel, publish],
-            &history,
-        );
+        let request = ReleaseRequest {
+            key: &spec.key,
+            value: &lease.holder.value,
+            keep: keep_for,
+            semaphore: spec.limit.is_some(),
+            history: history_args(spec, &lease.holder, fence, note),
+            publish: self.publish(),
+        };
         let (reply, acked) = self
             // Behind Sentinel on the primary named now: "released" means deleted where the
             // key lives, not on a replaced primary that still accepts writes.
-            .eval_once(
-                script,
-                &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
-                &args,
-                ack,
-                Route::Named,
-            )
+            .eval_once(&request.call(), ack, Route::Named)
             .await
             .map_err(Failed::into_error)?;
         if let Some(e) = acked.err().filter(LockError::is_outage) {
@@ -1092,20 +999,11 @@ impl RedisLock {
             // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
             tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");
         }
-        match reply {
-            Value::Int(1) => Ok(Release::Deleted),
-            Value::Int(2) => Ok(Release::Kept(keep_for)),
-            Value::Int(0) => Ok(Release::NotOwner),
-            other => Err(self.unexpected(&other)),
+        match ReleaseReply::decode(reply) {
+            Ok(ReleaseReply::Deleted) => Ok(Release::Deleted),
+            Ok(ReleaseReply::Kept) => Ok(Release::Kept(keep_for)),
+            Ok(ReleaseReply::NotOwner) => Ok(Release::NotOwner),
+            Err(odd) => Err(self.unexpected(&odd)),
         }
-    }
-}
-
-pub(super) fn as_string(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Okay => Some("OK".into()),
-        _ => None,
     }
 }
