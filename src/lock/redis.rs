@@ -6,7 +6,7 @@
 //! to behind Sentinel in `routing.rs`, and sending it (`EVALSHA`/`EVAL`, acknowledgements,
 //! retries) in `send.rs`.
 
-use super::connect::{Conn, Connector, Fail, Primary, Wake};
+use super::connect::{Conn, Connector, Fail, Wake};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::has_hash_tag;
@@ -14,6 +14,7 @@ use super::redis_errors::{self, refusal, Sent};
 use super::scripts;
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::LockError;
+use link::Link;
 use redis::Value;
 use std::time::Duration;
 
@@ -40,15 +41,8 @@ pub struct RedisLock {
     shown: String,
     /// Every password we were given, scrubbed from every message we print.
     secrets: Secrets,
-    /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
-    /// of queueing behind a half-dead socket (and, behind Sentinel, asks for the primary anew).
-    conn: Option<Conn>,
-    /// Behind Sentinel: the primary `conn` goes to.
-    primary: Option<Primary>,
-    /// Behind Sentinel: the sentinels' answer that chose `conn` has not served a script yet
-    /// (the first one on a new connection goes without asking again; see
-    /// [`Self::lock_connection`]).
-    fresh: bool,
+    /// The connection, and where it goes (see [`Link`]).
+    link: Link<Conn>,
     wake: Option<Wake>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
@@ -84,9 +78,7 @@ impl RedisLock {
             timeout,
             shown,
             secrets,
-            conn: None,
-            primary: None,
-            fresh: false,
+            link: Link::Disconnected,
             wake: None,
             acks: 0,
             fsync: false,
@@ -108,7 +100,7 @@ impl RedisLock {
     /// Forgets the connection, so the next request opens a new one: for a caller whose own
     /// timeout cut a request short, leaving this socket possibly half-dead (see `redlock.rs`).
     pub fn disconnect(&mut self) {
-        self.conn = None;
+        self.link.forget();
     }
 
     /// The last acquire's outcome counts as unknown, whatever its reply said: under Redlock a
@@ -264,6 +256,7 @@ impl RedisLock {
     }
 }
 
+mod link;
 mod protocol;
 mod routing;
 mod send;

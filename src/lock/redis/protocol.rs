@@ -41,7 +41,7 @@ impl LockService for RedisLock {
         // Behind Sentinel, on the primary of the connection for the attempts: connected now if
         // need be, and that answer then serves the first attempt too.
         self.connection().await?;
-        let fut = self.connector.subscribe(&channel, self.primary.as_ref());
+        let fut = self.connector.subscribe(&channel, self.link.primary());
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(wake)) => self.wake = Some(wake),
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
@@ -87,7 +87,7 @@ impl LockService for RedisLock {
             // caller's give-back (token-checked) removes what it may have taken, on a new
             // connection: one that carried a reply no Redis gives may be out of step.
             Err(odd) => {
-                self.conn = None;
+                self.link.forget();
                 return Err(self.unexpected(&odd));
             }
         };

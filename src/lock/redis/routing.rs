@@ -1,13 +1,15 @@
 //! Behind Sentinel, which primary a lock script goes to: the connection, asking the sentinels
 //! again before a script, following a failover, and watching for one while a reply is late.
 
-use super::RedisLock;
+use super::{link::Link, RedisLock};
 use crate::lock::connect::{Conn, Primary};
 use crate::lock::LockError;
 
 impl RedisLock {
+    /// The connection, made now if there is none (behind Sentinel, to the primary a majority
+    /// of them names: see [`Self::lock_connection`]).
     pub(super) async fn connection(&mut self) -> Result<Conn, LockError> {
-        if let Some(c) = &self.conn {
+        if let Some(c) = self.link.conn() {
             return Ok(c.clone());
         }
         // The outer timeout also covers DNS, AUTH and asking the sentinels.
@@ -17,9 +19,7 @@ impl RedisLock {
                 Ok(Err(fail)) => return Err(self.failed_connect(fail)),
                 Err(_) => return Err(self.timed_out("no connection")),
             };
-        self.conn = Some(conn.clone());
-        self.fresh = primary.is_some();
-        self.primary = primary;
+        self.link = Link::connected(conn.clone(), primary);
         Ok(conn)
     }
 
@@ -33,14 +33,10 @@ impl RedisLock {
     /// primary keeps). Without a majority every lock script is unavailable, as a new
     /// connection would be: a renewal too (see [`Route::Named`]).
     pub(super) async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
-        let ask = route != Route::AsConnected
-            && self.conn.is_some()
-            && self.primary.is_some()
-            && !std::mem::take(&mut self.fresh);
-        if ask {
+        if self.link.must_ask(route) {
             let named = tokio::time::timeout(self.timeout, self.connector.named_primary()).await;
             match named {
-                Ok(Ok(Some(now))) if self.primary.as_ref() != Some(&now) => {
+                Ok(Ok(Some(now))) if self.link.elsewhere(&now) => {
                     self.move_to(now).await?;
                 }
                 Ok(Ok(_)) => {}
@@ -49,7 +45,7 @@ impl RedisLock {
             }
         }
         let conn = self.connection().await?;
-        self.fresh = false;
+        self.link.serve();
         Ok(conn)
     }
 
@@ -59,18 +55,15 @@ impl RedisLock {
     pub(super) async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
         tracing::info!(primary = %format!("{}:{}", primary.0, primary.1),
             "the sentinels name a new primary; moving there");
-        self.conn = None;
+        self.link.forget();
         self.wake = None;
-        self.primary = None;
         let connecting = self.connector.connect_to(Some(&primary));
         let conn = match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
             Err(_) => return Err(self.timed_out("no connection")),
         };
-        self.conn = Some(conn);
-        self.primary = Some(primary);
-        self.fresh = true;
+        self.link = Link::connected(conn, Some(primary));
         Ok(())
     }
 
@@ -84,7 +77,7 @@ impl RedisLock {
         &self,
         request: impl std::future::Future<Output = T>,
     ) -> Result<T, Primary> {
-        let (Some(every), Some(at)) = (self.connector.watch_every(), self.primary.as_ref()) else {
+        let (Some(every), Some(at)) = (self.connector.watch_every(), self.link.primary()) else {
             return Ok(request.await);
         };
         let watch = async {

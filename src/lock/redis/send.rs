@@ -48,7 +48,7 @@ impl RedisLock {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.request_failed(&e)),
             Err(_) => {
-                self.conn = None;
+                self.link.forget();
                 Err(self.timed_out("no reply"))
             }
         }
@@ -58,7 +58,7 @@ impl RedisLock {
     /// is in trouble (the connection is dropped), or it answered this command with an error.
     pub(super) fn request_failed(&mut self, e: &redis::RedisError) -> LockError {
         if refusal(e, None).is_some() || is_dropped(e) || is_transient(e) {
-            self.conn = None;
+            self.link.forget();
             self.unavailable(e)
         } else {
             self.error(Kind::Misuse(Misuse::Answered(redis_errors::answer(e))))
@@ -109,7 +109,7 @@ impl RedisLock {
                 .collect()),
             Ok(Err(e)) => Err(self.request_failed(&e)),
             Err(_) => {
-                self.conn = None;
+                self.link.forget();
                 Err(self.timed_out("no reply"))
             }
         }
@@ -175,7 +175,7 @@ impl RedisLock {
                     self.move_to(now).await.map_err(Failed::Other)?;
                 }
                 Err(_) => {
-                    self.conn = None;
+                    self.link.forget();
                     return Err(Failed::Other(self.timed_out(
                         "no reply (the sentinels named a new primary three times meanwhile)",
                     )));
@@ -186,28 +186,28 @@ impl RedisLock {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
             Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
-                self.conn = None;
+                self.link.forget();
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Sentinel)),
                 ))
             }
             Err(e) if refusal(&e, Some(sent)).is_some() => {
-                self.conn = None;
+                self.link.forget();
                 Err(Failed::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
-                self.conn = None;
+                self.link.forget();
                 Err(Failed::Dropped(self.unavailable(&e)))
             }
             Err(e) if is_transient(&e) => {
-                self.conn = None;
+                self.link.forget();
                 Err(Failed::Other(self.unavailable(&e)))
             }
             // Every error a script of lockrun's can meet on a working server is one of the
             // above (refusals, transient trouble): anything else means the server cannot run
             // lockrun, whatever it is. Said with the server's own words, never the request's.
             Err(e) => {
-                self.conn = None;
+                self.link.forget();
                 let words = redis_errors::server_words(&e);
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Answered(words))),
