@@ -8,6 +8,7 @@ use crate::lock::failure::{Kind, Misuse, NotRedis};
 use crate::lock::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
 use crate::lock::scripts::{as_string, Call};
 use crate::lock::LockError;
+use redis::aio::ConnectionLike;
 use redis::Value;
 
 impl RedisLock {
@@ -234,9 +235,9 @@ impl RedisLock {
     /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
     /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
     /// while the reply is late (see [`Self::watched`]).
-    pub(super) async fn send_script(
+    pub(super) async fn send_script<C: ConnectionLike + Send>(
         &mut self,
-        conn: &mut Conn,
+        conn: &mut C,
         call: &Call,
         ack: bool,
         watched: bool,
@@ -280,9 +281,9 @@ impl RedisLock {
 
     /// One `EVAL`/`EVALSHA` (`cmd`), with `WAIT`/`WAITAOF` pipelined behind it when `ack`
     /// and `--acks`/`--fsync` ask for it: one round trip either way.
-    pub(super) async fn send(
+    pub(super) async fn send<C: ConnectionLike + Send>(
         &self,
-        conn: &mut Conn,
+        conn: &mut C,
         cmd: redis::Cmd,
         ack: bool,
         watched: bool,
@@ -325,9 +326,9 @@ impl RedisLock {
     }
 
     /// [`Self::send`], one attempt of `cmd` (the `EVAL`/`EVALSHA`).
-    pub(super) async fn send_once(
+    pub(super) async fn send_once<C: ConnectionLike + Send>(
         &self,
-        conn: &mut Conn,
+        conn: &mut C,
         cmd: &redis::Cmd,
         ack: bool,
     ) -> redis::RedisResult<(Value, Acked)> {
@@ -365,5 +366,158 @@ impl Failed {
         match self {
             Failed::Dropped(e) | Failed::Other(e) => e,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::failure::Cause;
+    use crate::lock::redis::ConnectOptions;
+    use crate::lock::scripts::mock::{array, error_reply, MockConnection};
+    use crate::lock::scripts::RENEW;
+    use std::time::Duration;
+
+    fn new_lock() -> RedisLock {
+        let options = ConnectOptions::default();
+        RedisLock::new("redis://127.0.0.1:6390", &options, Duration::from_secs(2)).unwrap()
+    }
+
+    fn call() -> Call {
+        Call {
+            script: &RENEW,
+            keys: vec!["job".into()],
+            args: vec!["v".into(), "1000".into()],
+        }
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// `call` sent on `conn` as `lock` sends a lock script: its reply, and the verdict on
+    /// the replicas' acknowledgement.
+    fn send(
+        lock: &mut RedisLock,
+        conn: &mut MockConnection,
+        ack: bool,
+    ) -> redis::RedisResult<(Value, Acked)> {
+        run(lock.send_script(conn, &call(), ack, false)).expect("not watched")
+    }
+
+    #[test]
+    fn by_sha1_first_and_the_whole_text_after_a_noscript_for_good() {
+        let mut lock = new_lock();
+        let mut conn = MockConnection::answering([
+            error_reply("NOSCRIPT No matching script"),
+            Value::Int(5),
+            Value::Int(0),
+        ]);
+        let (reply, acked) = send(&mut lock, &mut conn, false).unwrap();
+        assert_eq!((reply, acked), (Value::Int(5), Ok(())));
+        assert_eq!(conn.sent[0][..2], ["EVALSHA", RENEW.sha()]);
+        assert_eq!(conn.sent[1][..2], ["EVAL", RENEW.text()]);
+        assert_eq!(
+            conn.sent[0][2..],
+            conn.sent[1][2..],
+            "the same KEYS and ARGV"
+        );
+        assert!(!lock.evalsha);
+        // The rest of the process sends the text at once: one extra round trip at most.
+        let (_, acked) = send(&mut lock, &mut conn, false).unwrap();
+        assert_eq!(acked, Ok(()));
+        assert_eq!(conn.sent.len(), 3);
+        assert_eq!(conn.sent[2][0], "EVAL");
+    }
+
+    #[test]
+    fn a_refused_evalsha_falls_back_to_eval_and_other_errors_do_not() {
+        let mut lock = new_lock();
+        let refused = error_reply("NOPERM User u has no permissions to run the 'evalsha' command");
+        let mut conn = MockConnection::answering([refused, Value::Int(0)]);
+        assert_eq!(send(&mut lock, &mut conn, false).unwrap().0, Value::Int(0));
+        assert_eq!(conn.sent[1][0], "EVAL");
+        assert!(!lock.evalsha);
+
+        let mut lock = new_lock();
+        let busy = error_reply("BUSY Redis is busy running a script");
+        let mut conn = MockConnection::answering([busy]);
+        let e = send(&mut lock, &mut conn, false).unwrap_err();
+        assert_eq!(e.code(), Some("BUSY"));
+        assert_eq!(conn.sent.len(), 1, "sent once");
+        assert!(lock.evalsha);
+    }
+
+    #[test]
+    fn with_acks_the_wait_rides_behind_the_whole_text_in_one_round_trip() {
+        let mut lock = new_lock().with_acks(2, false);
+        let mut conn = MockConnection::answering([Value::Int(7), Value::Int(2)]);
+        let (reply, acked) = send(&mut lock, &mut conn, true).unwrap();
+        assert_eq!((reply, acked), (Value::Int(7), Ok(())));
+        assert_eq!(
+            conn.sent[0][0], "EVAL",
+            "no EVALSHA: a NOSCRIPT would waste the WAIT"
+        );
+        assert_eq!(conn.sent[1][..2], ["WAIT", "2"]);
+        // Too few replicas: the script's reply, and a verdict that it may be lost.
+        let mut conn = MockConnection::answering([Value::Int(7), Value::Int(1)]);
+        let (reply, acked) = send(&mut lock, &mut conn, true).unwrap();
+        assert_eq!(reply, Value::Int(7));
+        let e = acked.unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                Kind::Unavailable(Cause::NotAcked {
+                    got: 1,
+                    want: 2,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        // Not asked for this request: no WAIT at all.
+        let mut conn = MockConnection::answering([Value::Int(7)]);
+        let (_, acked) = send(&mut lock, &mut conn, false).unwrap();
+        assert_eq!(acked, Ok(()));
+        assert_eq!(conn.sent.len(), 1);
+    }
+
+    #[test]
+    fn with_fsync_waitaof_counts_the_servers_own_disk() {
+        let mut lock = new_lock().with_acks(1, true);
+        let replies = |local, replicas| {
+            [
+                Value::Int(1),
+                array([Value::Int(local), Value::Int(replicas)]),
+            ]
+        };
+        let mut conn = MockConnection::answering(replies(1, 1));
+        assert_eq!(send(&mut lock, &mut conn, true).unwrap().1, Ok(()));
+        assert_eq!(conn.sent[1][..3], ["WAITAOF", "1", "1"]);
+        let mut conn = MockConnection::answering(replies(0, 1));
+        let e = send(&mut lock, &mut conn, true).unwrap().1.unwrap_err();
+        assert!(
+            matches!(e.kind, Kind::Unavailable(Cause::NotSynced { .. })),
+            "{e:?}"
+        );
+        let mut conn = MockConnection::answering([Value::Int(1), Value::Int(1)]);
+        let e = send(&mut lock, &mut conn, true).unwrap().1.unwrap_err();
+        assert!(
+            matches!(e.kind, Kind::NotRedis(NotRedis::Reply(_))),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn the_script_s_error_comes_back_beside_the_wait() {
+        let mut lock = new_lock().with_acks(1, false);
+        let oom = error_reply("OOM command not allowed when used memory > 'maxmemory'");
+        let mut conn = MockConnection::answering([oom, Value::Int(1)]);
+        let e = send(&mut lock, &mut conn, true).unwrap_err();
+        assert_eq!(e.code(), Some("OOM"));
     }
 }
