@@ -260,3 +260,68 @@ mod link;
 mod protocol;
 mod routing;
 mod send;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::failure::At;
+
+    fn new_lock(url: &str) -> RedisLock {
+        RedisLock::new(url, &ConnectOptions::default(), Duration::from_secs(1)).unwrap()
+    }
+
+    #[test]
+    fn a_new_client_is_disconnected_and_sends_by_sha1() {
+        let lock = new_lock("redis://:secret@127.0.0.1:6390");
+        assert!(matches!(lock.link, Link::Disconnected));
+        assert!(lock.evalsha && !lock.unsettled && !lock.acking());
+        assert_eq!(lock.shown(), "redis://:***@127.0.0.1:6390");
+    }
+
+    #[test]
+    fn errors_name_the_server_and_never_a_password() {
+        let lock = new_lock("redis://:secret@127.0.0.1:6390");
+        let words = "ERR the password secret is wrong".to_string();
+        let e = lock.error(Kind::NotRedis(NotRedis::Answered(words)));
+        assert_eq!(e.at, At::Server("redis://:***@127.0.0.1:6390".into()));
+        assert!(!format!("{e}").contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn an_unexpected_reply_is_shown_in_80_characters_at_most() {
+        let lock = new_lock("redis://127.0.0.1:6390");
+        let long = Value::BulkString(vec![b'x'; 500]);
+        match lock.unexpected(&long).kind {
+            Kind::NotRedis(NotRedis::Reply(shown)) => assert_eq!(shown.chars().count(), 80),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_cluster_refuses_a_key_whose_helpers_cannot_share_its_slot() {
+        let cluster = new_lock("redis+cluster://127.0.0.1:7000");
+        assert!(cluster.check_key("a}b").is_err());
+        assert!(cluster.check_key("a{t}b").is_ok());
+        assert!(cluster.check_key("plain").is_ok());
+        assert!(new_lock("redis://127.0.0.1:6390").check_key("a}b").is_ok());
+        assert_eq!(cluster.publish(), "SPUBLISH");
+    }
+
+    #[test]
+    fn acknowledgements_wait_two_thirds_of_a_reply_s_time() {
+        let lock = new_lock("redis://127.0.0.1:6390").with_acks(2, false);
+        assert!(lock.acking());
+        let words: Vec<String> = lock
+            .ack_cmd()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(words, ["WAIT", "2", "666"]);
+        let fsync = new_lock("redis://127.0.0.1:6390").with_acks(0, true);
+        assert!(fsync.acking());
+        assert_eq!(fsync.ack_cmd().args_iter().count(), 4, "WAITAOF 1 0 666");
+    }
+}
