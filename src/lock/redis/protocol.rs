@@ -278,3 +278,93 @@ impl RedisLock {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::failure::Misuse;
+    use crate::lock::redis::ConnectOptions;
+    use crate::lock::scripts::acquire::Refusal;
+
+    fn new_lock() -> RedisLock {
+        let options = ConnectOptions::default();
+        RedisLock::new("redis://127.0.0.1:6390", &options, Duration::from_secs(1)).unwrap()
+    }
+
+    fn spec(limit: Option<u32>) -> LockSpec {
+        LockSpec {
+            key: "job".into(),
+            ttl: Duration::from_secs(10),
+            limit,
+            history: 0,
+            every: None,
+        }
+    }
+
+    fn lease() -> Lease {
+        let mut lease = Lease::phantom(&Holder::new("true".as_ref()));
+        lease.sent_at = Instant::now();
+        lease.confirmed_at = lease.sent_at + Duration::from_millis(3);
+        lease
+    }
+
+    #[test]
+    fn a_grant_fills_in_the_fence_and_the_server_clock() {
+        let reply = AcquireReply::Acquired {
+            fence: 42,
+            server_us: Some(1_000_000),
+        };
+        let lease = lease();
+        let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
+        else {
+            panic!("not acquired")
+        };
+        assert_eq!(got.fence, 42);
+        assert_eq!(got.readings.len(), 1);
+        let r = &got.readings[0];
+        assert_eq!((r.source, r.server_us), (0, 1_000_000));
+        assert_eq!((r.sent, r.received), (lease.sent_at, lease.confirmed_at));
+        // No clock in the reply (or one before 1970): no reading.
+        for server_us in [None, Some(-5)] {
+            let reply = AcquireReply::Acquired {
+                fence: 1,
+                server_us,
+            };
+            let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
+            else {
+                panic!("not acquired")
+            };
+            assert!(got.readings.is_empty());
+        }
+    }
+
+    #[test]
+    fn held_says_by_whom_for_how_long_and_our_place() {
+        let reply = AcquireReply::Held {
+            pttl: Some(Duration::from_millis(900)),
+            holder: Some("x host=h".into()),
+            rank: Some(1),
+        };
+        let got = new_lock().acquired(&spec(None), lease(), reply);
+        let Ok(Acquire::Held { holder, pttl, rank }) = got else {
+            panic!("not held")
+        };
+        assert_eq!(holder.as_deref(), Some("x host=h"));
+        assert_eq!((pttl, rank), (Some(Duration::from_millis(900)), Some(1)));
+    }
+
+    #[test]
+    fn a_refusal_is_a_misuse_of_this_server() {
+        let reply = AcquireReply::Refused(Refusal::Misused {
+            kind: "zset".into(),
+        });
+        let Err(e) = new_lock().acquired(&spec(None), lease(), reply) else {
+            panic!("not refused")
+        };
+        assert_eq!(
+            e.kind,
+            Kind::Misuse(Misuse::IsSemaphore { key: "job".into() })
+        );
+        assert!(e.is_misuse());
+    }
+}
