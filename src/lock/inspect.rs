@@ -6,8 +6,10 @@
 
 use super::failure::{Endless, Kind, Misuse, NotRedis};
 use super::keys::{history_args, Keys};
-use super::redis::{as_string, RedisLock};
-use super::scripts::{FORCE_RELEASE, INSPECT};
+use super::redis::RedisLock;
+use super::scripts::force_release::{ForceReleaseReply, ForceReleaseRequest};
+use super::scripts::inspect::InspectRequest;
+use super::scripts::{self, as_string, Request};
 use super::{Holder, LockError, LockSpec, Note};
 use redis::Value;
 use std::time::Duration;
@@ -33,7 +35,7 @@ pub struct Inspection {
 }
 
 /// What `release --force` deleted.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Deleted {
     pub kind: String,
     pub fence: Option<u64>,
@@ -60,42 +62,8 @@ impl Entry {
 impl RedisLock {
     pub async fn inspect(&mut self, key: &str) -> Result<Inspection, LockError> {
         self.check_key(key)?;
-        let k = Keys::of(key);
-        let reply = self
-            .eval(&INSPECT, &[key, &k.fence, &k.queue, &k.tickets], &[])
-            .await?;
-        let Value::Array(items) = reply else {
-            return Err(self.unexpected(&reply));
-        };
-        let text = |i: usize| items.get(i).and_then(as_string).unwrap_or_default();
-        let int = |i: usize| match items.get(i) {
-            Some(Value::Int(n)) => Some(*n),
-            _ => None,
-        };
-        let mut holders = Vec::new();
-        let mut i = 6;
-        while i + 1 < items.len() {
-            let left = int(i + 1).and_then(|ms| u64::try_from(ms).ok());
-            holders.push((text(i), left.map(Duration::from_millis)));
-            i += 2;
-        }
-        let next = text(3);
-        let (kind, fence) = (text(0), text(1).parse().ok());
-        let held_for = match (kind.as_str(), fence, text(5).parse::<u64>()) {
-            ("string", Some(f), Ok(now)) => held_since(f, now),
-            _ => None,
-        };
-        Ok(Inspection {
-            held_for,
-            kind,
-            fence,
-            waiters: int(2).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
-            next: (!next.is_empty()).then(|| {
-                let since = int(4).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
-                (next, Duration::from_millis(since))
-            }),
-            holders,
-        })
+        let reply = self.eval(&InspectRequest { key }.call()).await?;
+        scripts::inspect::decode(reply).map_err(|odd| self.unexpected(&odd))
     }
 
     /// Deletes `key` whoever holds it, and records `note` (by `operator`) in its history.
@@ -108,7 +76,6 @@ impl RedisLock {
         note: &Note,
     ) -> Result<Option<Deleted>, LockError> {
         self.check_key(key)?;
-        let k = Keys::of(key);
         let spec = LockSpec {
             key: key.into(),
             ttl: Duration::ZERO,
@@ -116,38 +83,24 @@ impl RedisLock {
             history,
             every: None,
         };
-        let mut args = vec![k.channel.clone(), self.publish().to_string()];
-        args.extend(history_args(&spec, operator, None, Some(note)));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let keys = [key, &k.queue, &k.tickets, &k.fence, &k.history];
-        let reply = self.eval(&FORCE_RELEASE, &keys, &args).await?;
-        let Value::Array(items) = reply else {
-            return Err(self.unexpected(&reply));
+        let request = ForceReleaseRequest {
+            key,
+            history: history_args(&spec, operator, None, Some(note)),
+            publish: self.publish(),
         };
-        let text: Vec<String> = items
-            .iter()
-            .map(|v| as_string(v).unwrap_or_default())
-            .collect();
-        let kind = text.first().cloned().unwrap_or_default();
-        let fence = text.get(1).and_then(|f| f.parse().ok());
-        match kind.as_str() {
-            "none" => Ok(None),
-            "string" | "zset" => Ok(Some(Deleted {
-                kind,
-                fence,
-                holders: text[2..].to_vec(),
-            })),
-            other => {
+        let reply = self.eval(&request.call()).await?;
+        match ForceReleaseReply::decode(reply) {
+            Ok(ForceReleaseReply::Nothing) => Ok(None),
+            Ok(ForceReleaseReply::Deleted(deleted)) => Ok(Some(deleted)),
+            Ok(ForceReleaseReply::Refused { kind }) => {
                 let key = key.to_string();
-                Err(self.error(Kind::Misuse(match other {
+                Err(self.error(Kind::Misuse(match kind.as_str() {
                     "foreign-string" => Misuse::ForceForeignValue { key },
                     "foreign-zset" => Misuse::ForceForeignSemaphore { key },
-                    found => Misuse::ForceNotALock {
-                        key,
-                        found: found.to_string(),
-                    },
+                    _ => Misuse::ForceNotALock { key, found: kind },
                 })))
             }
+            Err(odd) => Err(self.unexpected(&odd)),
         }
     }
 
@@ -358,7 +311,7 @@ fn lock_name(suffix: &str) -> Option<String> {
 
 /// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
 /// ahead of now): see `next_fence` in prelude.lua.
-fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
+pub(super) fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
     const Y2017_US: u64 = 1_483_228_800_000_000;
     (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))
 }

@@ -35,14 +35,6 @@ impl Keys {
     }
 }
 
-/// A script's own arguments followed by its history arguments (see [`history_args`]).
-pub(super) fn with_history<'a>(args: &[&'a str], history: &'a [String]) -> Vec<&'a str> {
-    args.iter()
-        .copied()
-        .chain(history.iter().map(String::as_str))
-        .collect()
-}
-
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
 /// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never

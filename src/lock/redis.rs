@@ -1,19 +1,22 @@
 //! The lock protocol on one Redis server: every operation is one `EVAL` of a short Lua script,
 //! so check-and-act is atomic on the server and costs exactly one round trip.
+//!
+//! Here: the client's state and what a failure means. The protocol's operations are in
+//! `protocol.rs` (each script's request and reply in `scripts/`), which primary a script goes
+//! to behind Sentinel in `routing.rs`, and sending it (`EVALSHA`/`EVAL`, acknowledgements,
+//! retries) in `send.rs`.
 
-use super::connect::{Conn, Connector, Fail, Primary, Wake};
+use super::connect::{Conn, Connector, Fail, Wake};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
-use super::keys::{has_hash_tag, history_args, wake_channel, with_history, Keys};
-use super::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
-use super::scripts::{self, Script};
+use super::keys::has_hash_tag;
+use super::redis_errors::{self, refusal, Sent};
+use super::scripts;
 use super::url::{Credentials, Secrets, TlsFiles};
-use super::{
-    Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Reading, Release, Renew,
-};
+use super::LockError;
+use link::Link;
 use redis::Value;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
 #[derive(Default)]
@@ -38,15 +41,8 @@ pub struct RedisLock {
     shown: String,
     /// Every password we were given, scrubbed from every message we print.
     secrets: Secrets,
-    /// Dropped after any failure whose outcome is unknown, so the next call reconnects instead
-    /// of queueing behind a half-dead socket (and, behind Sentinel, asks for the primary anew).
-    conn: Option<Conn>,
-    /// Behind Sentinel: the primary `conn` goes to.
-    primary: Option<Primary>,
-    /// Behind Sentinel: the sentinels' answer that chose `conn` has not served a script yet
-    /// (the first one on a new connection goes without asking again; see
-    /// [`Self::lock_connection`]).
-    fresh: bool,
+    /// The connection, and where it goes (see [`Link`]).
+    link: Link<Conn>,
     wake: Option<Wake>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
@@ -82,9 +78,7 @@ impl RedisLock {
             timeout,
             shown,
             secrets,
-            conn: None,
-            primary: None,
-            fresh: false,
+            link: Link::Disconnected,
             wake: None,
             acks: 0,
             fsync: false,
@@ -106,7 +100,7 @@ impl RedisLock {
     /// Forgets the connection, so the next request opens a new one: for a caller whose own
     /// timeout cut a request short, leaving this socket possibly half-dead (see `redlock.rs`).
     pub fn disconnect(&mut self) {
-        self.conn = None;
+        self.link.forget();
     }
 
     /// The last acquire's outcome counts as unknown, whatever its reply said: under Redlock a
@@ -226,104 +220,6 @@ impl RedisLock {
         }))
     }
 
-    async fn connection(&mut self) -> Result<Conn, LockError> {
-        if let Some(c) = &self.conn {
-            return Ok(c.clone());
-        }
-        // The outer timeout also covers DNS, AUTH and asking the sentinels.
-        let (conn, primary) =
-            match tokio::time::timeout(self.timeout, self.connector.connect()).await {
-                Ok(Ok(connected)) => connected,
-                Ok(Err(fail)) => return Err(self.failed_connect(fail)),
-                Err(_) => return Err(self.timed_out("no connection")),
-            };
-        self.conn = Some(conn.clone());
-        self.fresh = primary.is_some();
-        self.primary = primary;
-        Ok(conn)
-    }
-
-    /// The connection for one script of `route`. Behind Sentinel, a lock script goes to the
-    /// primary that the sentinels' majority names for it: the answer that chose a new
-    /// connection serves that connection's first script; every later one asks them again
-    /// first (one question to all of them at once), and moves to the primary they name if it
-    /// is another one. Acquire, renew and release alike: a waiting lockrun follows a failover
-    /// with its next attempt, and a release deletes the key where it now lives (not on a
-    /// replaced primary that still accepts writes, reporting "released" for a key the new
-    /// primary keeps). Without a majority every lock script is unavailable, as a new
-    /// connection would be: a renewal too (see [`Route::Named`]).
-    async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
-        let ask = route != Route::AsConnected
-            && self.conn.is_some()
-            && self.primary.is_some()
-            && !std::mem::take(&mut self.fresh);
-        if ask {
-            let named = tokio::time::timeout(self.timeout, self.connector.named_primary()).await;
-            match named {
-                Ok(Ok(Some(now))) if self.primary.as_ref() != Some(&now) => {
-                    self.move_to(now).await?;
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(fail)) => return Err(self.failed_connect(fail)),
-                Err(_) => return Err(self.timed_out("no answer from the sentinels")),
-            }
-        }
-        let conn = self.connection().await?;
-        self.fresh = false;
-        Ok(conn)
-    }
-
-    /// Behind Sentinel: the sentinels name `primary` now. Connects there (the subscription to
-    /// release hints follows at the next `subscribe_wakeups`); the next script goes there
-    /// without asking again.
-    async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
-        tracing::info!(primary = %format!("{}:{}", primary.0, primary.1),
-            "the sentinels name a new primary; moving there");
-        self.conn = None;
-        self.wake = None;
-        self.primary = None;
-        let connecting = self.connector.connect_to(Some(&primary));
-        let conn = match tokio::time::timeout(self.timeout, connecting).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(fail)) => return Err(self.failed_connect(fail)),
-            Err(_) => return Err(self.timed_out("no connection")),
-        };
-        self.conn = Some(conn);
-        self.primary = Some(primary);
-        self.fresh = true;
-        Ok(())
-    }
-
-    /// Behind Sentinel, `request` (one script on the primary `conn` goes to), with the
-    /// sentinels asked again every [`Connector::watch_every`] while it has no reply: `Err`
-    /// with the primary they name as soon as a majority names another one. The request is
-    /// then abandoned (its server no longer counts) and sent there instead. Without this a
-    /// renewal sent to a primary that froze waited out the whole request timeout before
-    /// asking, and its job was stopped although its key survived on the promoted replica.
-    async fn watched<T>(
-        &self,
-        request: impl std::future::Future<Output = T>,
-    ) -> Result<T, Primary> {
-        let (Some(every), Some(at)) = (self.connector.watch_every(), self.primary.as_ref()) else {
-            return Ok(request.await);
-        };
-        let watch = async {
-            loop {
-                tokio::time::sleep(every).await;
-                if let Ok(Some(now)) = self.connector.named_primary().await {
-                    if now != *at {
-                        return now;
-                    }
-                }
-            }
-        };
-        tokio::select! {
-            biased;
-            reply = request => Ok(reply),
-            now = watch => Err(now),
-        }
-    }
-
     /// What a failed connection attempt means (see [`Self::unavailable`]).
     fn failed_connect(&self, fail: Fail) -> LockError {
         match fail {
@@ -349,110 +245,6 @@ impl RedisLock {
         self.error(Kind::NotRedis(NotRedis::Reply(shown)))
     }
 
-    /// One command (the operators' commands: reads, `SCAN`, `INFO`), with the same bounds and
-    /// error reporting as the lock's own requests. `at`: on a Cluster, the node to ask
-    /// (host, port); otherwise the key's node, or the one server.
-    pub(super) async fn request(
-        &mut self,
-        cmd: redis::Cmd,
-        at: Option<(&str, u16)>,
-    ) -> Result<Value, LockError> {
-        let mut conn = self.connection().await?;
-        // A slow reply on a Cluster is asked for again, as in `send` (these are all reads).
-        let started = std::time::Instant::now();
-        let reply = loop {
-            let reply = match (&mut conn, at) {
-                (Conn::Cluster(c), Some((host, port))) => {
-                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.to_string(),
-                        port,
-                    });
-                    let asked = c.route_command(cmd.clone(), routing);
-                    tokio::time::timeout(self.timeout, asked).await
-                }
-                (conn, _) => {
-                    tokio::time::timeout(self.timeout, cmd.query_async::<Value>(conn)).await
-                }
-            };
-            match reply {
-                Ok(Err(e)) if self.ask_again(&e, started) => {
-                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
-                }
-                other => break other,
-            }
-        };
-        match reply {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.request_failed(&e)),
-            Err(_) => {
-                self.conn = None;
-                Err(self.timed_out("no reply"))
-            }
-        }
-    }
-
-    /// What an error reply to [`Self::request`] means: the server refused lockrun, is gone or
-    /// is in trouble (the connection is dropped), or it answered this command with an error.
-    fn request_failed(&mut self, e: &redis::RedisError) -> LockError {
-        if refusal(e, None).is_some() || is_dropped(e) || is_transient(e) {
-            self.conn = None;
-            self.unavailable(e)
-        } else {
-            self.error(Kind::Misuse(Misuse::Answered(redis_errors::answer(e))))
-        }
-    }
-
-    /// [`Self::request`] of several commands in one round trip (a pipeline): `doctor` asks
-    /// dozens of questions, and a server that answers slowly must not cost a round trip each.
-    /// Each command's reply, or its error as `request` would return it; `Err`: no reply.
-    pub(super) async fn request_all(
-        &mut self,
-        cmds: &[redis::Cmd],
-        at: Option<(&str, u16)>,
-    ) -> Result<Vec<Result<Value, LockError>>, LockError> {
-        let mut pipe = redis::pipe();
-        for cmd in cmds {
-            pipe.add_command(cmd.clone());
-        }
-        pipe.ignore_errors();
-        let mut conn = self.connection().await?;
-        let started = std::time::Instant::now();
-        let reply = loop {
-            let reply = match (&mut conn, at) {
-                (Conn::Cluster(c), Some((host, port))) => {
-                    use redis::cluster_routing::SingleNodeRoutingInfo;
-                    let routing = SingleNodeRoutingInfo::ByAddress {
-                        host: host.to_string(),
-                        port,
-                    };
-                    let asked = c.route_pipeline(pipe.clone(), 0, cmds.len(), routing);
-                    tokio::time::timeout(self.timeout, asked).await
-                }
-                (conn, _) => {
-                    tokio::time::timeout(self.timeout, pipe.query_async::<Vec<Value>>(conn)).await
-                }
-            };
-            match reply {
-                Ok(Err(e)) if self.ask_again(&e, started) => {
-                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
-                }
-                other => break other,
-            }
-        };
-        match reply {
-            Ok(Ok(replies)) => Ok(replies
-                .into_iter()
-                .map(|v| v.extract_error().map_err(|e| self.request_failed(&e)))
-                .collect()),
-            Ok(Err(e)) => Err(self.request_failed(&e)),
-            Err(_) => {
-                self.conn = None;
-                Err(self.timed_out("no reply"))
-            }
-        }
-    }
-
     /// Whether this is a Redis Cluster (whose keys live on several primaries).
     pub(super) fn is_cluster(&self) -> bool {
         self.connector.is_cluster()
@@ -462,650 +254,74 @@ impl RedisLock {
     pub(super) fn publish(&self) -> &'static str {
         scripts::publish_command(self.is_cluster())
     }
-
-    /// One script run (`EVALSHA`, falling back to `EVAL`; see [`Self::eval_once`]) for the
-    /// operators' commands, on the connection as it is ([`Route::AsConnected`]).
-    pub(super) async fn eval(
-        &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Result<Value, LockError> {
-        self.eval_acked(script, keys, args, false, Route::AsConnected)
-            .await
-            .map(|(v, _)| v)
-    }
-
-    /// [`Self::eval`]; with `ack` and `--acks`/`--fsync`, the `WAIT` is pipelined behind the
-    /// `EVAL` (one round trip) and its verdict comes back beside the script's reply.
-    async fn eval_acked(
-        &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        ack: bool,
-        route: Route,
-    ) -> Result<(Value, Acked), LockError> {
-        match self.eval_once(script, keys, args, ack, route).await {
-            // The connection was dropped under the request (the server closed an idle client,
-            // CLIENT KILL, a proxy restart): one more try on a fresh connection, so one broken
-            // socket does not fail a run. Safe because every script here is idempotent for its
-            // caller (an acquire finding our own value is success; renew and the queue scripts
-            // are token-checked). Not after a timeout or a refused connection: the server is
-            // slow, black-holed or down, and the budget for this request is spent.
-            Err(Failed::Dropped(e)) => {
-                tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
-                self.eval_once(script, keys, args, ack, route)
-                    .await
-                    .map_err(Failed::into_error)
-            }
-            other => other.map_err(Failed::into_error),
-        }
-    }
-
-    /// One `EVAL` without the retry: for release, whose caller retries itself and must know
-    /// that the first attempt's outcome is unknown (see `app::turn::release`).
-    async fn eval_once(
-        &mut self,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        ack: bool,
-        route: Route,
-    ) -> Result<(Value, Acked), Failed> {
-        let sent = Sent {
-            script: script.text(),
-            publish: self.publish(),
-        };
-        let watched = route != Route::AsConnected;
-        // Behind Sentinel the primary may be replaced while the request waits for its reply
-        // (see `watched`): the request is then sent again there, as if new. Three times at
-        // most: the sentinels do not fail over that often.
-        let mut moves = 0;
-        let (reply, mut conn) = loop {
-            let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
-            match self
-                .send_script(&mut conn, script, keys, args, ack, watched)
-                .await
-            {
-                Ok(reply) => break (reply, conn),
-                Err(now) if moves < 3 => {
-                    moves += 1;
-                    tracing::debug!("no reply yet, and the sentinels name another primary");
-                    self.move_to(now).await.map_err(Failed::Other)?;
-                }
-                Err(_) => {
-                    self.conn = None;
-                    return Err(Failed::Other(self.timed_out(
-                        "no reply (the sentinels named a new primary three times meanwhile)",
-                    )));
-                }
-            }
-        };
-        match reply {
-            Ok(v) => Ok(v),
-            // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
-            Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
-                self.conn = None;
-                Err(Failed::Other(
-                    self.error(Kind::NotRedis(NotRedis::Sentinel)),
-                ))
-            }
-            Err(e) if refusal(&e, Some(sent)).is_some() => {
-                self.conn = None;
-                Err(Failed::Other(self.failure(&e, Some(sent))))
-            }
-            Err(e) if is_dropped(&e) => {
-                self.conn = None;
-                Err(Failed::Dropped(self.unavailable(&e)))
-            }
-            Err(e) if is_transient(&e) => {
-                self.conn = None;
-                Err(Failed::Other(self.unavailable(&e)))
-            }
-            // Every error a script of lockrun's can meet on a working server is one of the
-            // above (refusals, transient trouble): anything else means the server cannot run
-            // lockrun, whatever it is. Said with the server's own words, never the request's.
-            Err(e) => {
-                self.conn = None;
-                let words = redis_errors::server_words(&e);
-                Err(Failed::Other(
-                    self.error(Kind::NotRedis(NotRedis::Answered(words))),
-                ))
-            }
-        }
-    }
-
-    /// Whether the server on `conn` is a Sentinel (`ROLE` answers `sentinel` first): asked only
-    /// once a script was refused as an unknown command.
-    async fn is_sentinel(&self, conn: &mut Conn) -> bool {
-        let role = redis::cmd("ROLE");
-        match tokio::time::timeout(self.timeout, role.query_async::<Value>(conn)).await {
-            Ok(Ok(Value::Array(items))) => items
-                .first()
-                .and_then(as_string)
-                .is_some_and(|r| r.eq_ignore_ascii_case("sentinel")),
-            _ => false,
-        }
-    }
 }
 
-impl RedisLock {
-    /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
-    /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
-    /// while the reply is late (see [`Self::watched`]).
-    async fn send_script(
-        &mut self,
-        conn: &mut Conn,
-        script: &Script,
-        keys: &[&str],
-        args: &[&str],
-        ack: bool,
-        watched: bool,
-    ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
-        // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
-        // less travel per request. A server that does not have the script yet (fresh, restarted,
-        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
-        // that refuses EVALSHA itself (an ACL line that grants EVAL alone) gets EVAL from
-        // then on. Either way the script runs once: NOSCRIPT means it did not run.
-        // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
-        // blocked for nothing, and the retry would block again (with --acks the WAIT costs
-        // far more than the script anyway).
-        let by_sha = self.evalsha && !(ack && self.acking());
-        if !by_sha {
-            return self
-                .send(conn, "EVAL", script.text(), keys, args, ack, watched)
-                .await;
-        }
-        let sha = script.sha();
-        match self
-            .send(conn, "EVALSHA", sha, keys, args, ack, watched)
-            .await?
-        {
-            // A server without one script (new, restarted, failed over) has none of them:
-            // the rest of this process sends them whole (each EVAL caches one there, for
-            // the next lockrun), so a run pays one extra round trip at most, and a retry
-            // under faults never pays two.
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                self.evalsha = false;
-                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
-                    .await
-            }
-            // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
-            Err(e) if redis_errors::evalsha_refused(&e) => {
-                tracing::debug!("EVALSHA refused; using EVAL");
-                self.evalsha = false;
-                self.send(conn, "EVAL", script.text(), keys, args, ack, watched)
-                    .await
-            }
-            other => Ok(other),
+mod link;
+mod protocol;
+mod routing;
+mod send;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::failure::At;
+
+    fn new_lock(url: &str) -> RedisLock {
+        RedisLock::new(url, &ConnectOptions::default(), Duration::from_secs(1)).unwrap()
+    }
+
+    #[test]
+    fn a_new_client_is_disconnected_and_sends_by_sha1() {
+        let lock = new_lock("redis://:secret@127.0.0.1:6390");
+        assert!(matches!(lock.link, Link::Disconnected));
+        assert!(lock.evalsha && !lock.unsettled && !lock.acking());
+        assert_eq!(lock.shown(), "redis://:***@127.0.0.1:6390");
+    }
+
+    #[test]
+    fn errors_name_the_server_and_never_a_password() {
+        let lock = new_lock("redis://:secret@127.0.0.1:6390");
+        let words = "ERR the password secret is wrong".to_string();
+        let e = lock.error(Kind::NotRedis(NotRedis::Answered(words)));
+        assert_eq!(e.at, At::Server("redis://:***@127.0.0.1:6390".into()));
+        assert!(!format!("{e}").contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn an_unexpected_reply_is_shown_in_80_characters_at_most() {
+        let lock = new_lock("redis://127.0.0.1:6390");
+        let long = Value::BulkString(vec![b'x'; 500]);
+        match lock.unexpected(&long).kind {
+            Kind::NotRedis(NotRedis::Reply(shown)) => assert_eq!(shown.chars().count(), 80),
+            other => panic!("{other:?}"),
         }
     }
 
-    /// One `EVAL`/`EVALSHA` (`body`: the script or its SHA-1), with `WAIT`/`WAITAOF` pipelined
-    /// behind it when `ack` and `--acks`/`--fsync` ask for it: one round trip either way.
-    #[allow(clippy::too_many_arguments)]
-    async fn send(
-        &self,
-        conn: &mut Conn,
-        eval: &str,
-        body: &str,
-        keys: &[&str],
-        args: &[&str],
-        ack: bool,
-        watched: bool,
-    ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
-        // On a Cluster each attempt has only a quarter of the request timeout (see
-        // `connect::cluster_share`); a reply slower than that is asked for again, on the same
-        // connection, for as long as the request timeout lasts. Safe to repeat: every script
-        // here is idempotent for its caller (see `eval_acked`; a repeated release that did
-        // delete answers "not ours"). redis-rs's own retry of a timed-out request never sent
-        // it again (redis 1.8.1: seen with CLIENT PAUSE), so the loop is ours. Not when a WAIT
-        // rides behind the script: the script has most likely run, and only the WAIT was slow
-        // (a promoted replica without replicas of its own waits it out every time); asked
-        // again, a release would find its own deletion and report the key as not ours. That
-        // request fails as unavailable, and its caller's own retry says what it knows.
-        let mut cmd = redis::cmd(eval);
-        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
-        let waits = ack && self.acking();
-        let started = std::time::Instant::now();
-        loop {
-            let attempt = self.send_once(conn, &cmd, ack);
-            let reply = if watched {
-                self.watched(attempt).await?
-            } else {
-                attempt.await
-            };
-            match reply {
-                Err(e) if !waits && self.ask_again(&e, started) => {
-                    tracing::debug!(error = %e, "slow reply from the shard; asking again");
-                }
-                other => return Ok(other),
-            }
-        }
+    #[test]
+    fn only_a_cluster_refuses_a_key_whose_helpers_cannot_share_its_slot() {
+        let cluster = new_lock("redis+cluster://127.0.0.1:7000");
+        assert!(cluster.check_key("a}b").is_err());
+        assert!(cluster.check_key("a{t}b").is_ok());
+        assert!(cluster.check_key("plain").is_ok());
+        assert!(new_lock("redis://127.0.0.1:6390").check_key("a}b").is_ok());
+        assert_eq!(cluster.publish(), "SPUBLISH");
     }
 
-    /// Whether a request that failed with `e`, first sent at `started`, is sent again: on a
-    /// Cluster, when its reply took longer than the quarter of the request timeout an attempt
-    /// has, and another whole attempt still fits in the request timeout.
-    fn ask_again(&self, e: &redis::RedisError, started: std::time::Instant) -> bool {
-        self.connector.is_cluster()
-            && e.is_timeout()
-            && started.elapsed() + self.connector.reply_timeout() <= self.timeout
-    }
-
-    /// [`Self::send`], one attempt of `cmd` (the `EVAL`/`EVALSHA`).
-    async fn send_once(
-        &self,
-        conn: &mut Conn,
-        cmd: &redis::Cmd,
-        ack: bool,
-    ) -> redis::RedisResult<(Value, Acked)> {
-        if !(ack && self.acking()) {
-            return cmd.query_async::<Value>(conn).await.map(|v| (v, Ok(())));
-        }
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone())
-            .add_command(self.ack_cmd())
-            .ignore_errors();
-        let mut replies = pipe.query_async::<Vec<Value>>(conn).await?;
-        if replies.len() != 2 {
-            return Ok((Value::Array(replies), Err(self.unexpected(&Value::Nil))));
-        }
-        let acked = self.check_ack(replies.pop().unwrap_or(Value::Nil));
-        replies
-            .pop()
-            .unwrap_or(Value::Nil)
-            .extract_error()
-            .map(|v| (v, acked))
-    }
-}
-
-/// The server's clock (`TIME` in µs, as a script returned it) read between `sent` and
-/// `received`: one reading of clock 0 (Redlock renumbers its masters' readings).
-fn reading(us: i64, sent: Instant, received: Instant) -> Vec<Reading> {
-    u64::try_from(us)
-        .ok()
-        .map(|server_us| Reading {
-            source: 0,
-            server_us,
-            sent,
-            received,
-        })
-        .into_iter()
-        .collect()
-}
-
-/// Behind Sentinel, which primary a script must go to (elsewhere all alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    /// The operators' commands: the connection's primary, as it was named when connecting
-    /// (one process, a few reads).
-    AsConnected,
-    /// The lock's scripts: the primary the sentinels' majority names for this one; without a
-    /// majority, unavailable (retried by the waiting loop, by the release, and by the
-    /// watchdog until the lease's deadline).
-    ///
-    /// Renewals too. A renewal that only the primary it is connected to confirms, while no
-    /// majority of the sentinels names that primary, proves nothing about the lease: that
-    /// primary may be the old one, cut off on the minority side of a partition with this
-    /// lockrun and one sentinel, while the majority has promoted a replica on which the key
-    /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
-    /// would keep the job running for as long as the partition lasts. So the
-    /// deadline moves only for a renewal confirmed by the primary a majority named just before
-    /// it was sent, and without a majority the renewal is not sent at all: it could not move
-    /// the deadline, its token check on that primary could only say what the primary the
-    /// majority follows may no longer hold, and a key it extended there would only outlive the
-    /// job the watchdog is about to stop (the release cannot reach it without a majority
-    /// either). The watchdog asks again until the deadline; the job is stopped before it ends
-    /// unless a majority answers by then.
-    Named,
-}
-
-/// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
-type Acked = Result<(), LockError>;
-
-/// How one `EVAL` failed: on a connection that was dropped under it, or otherwise.
-enum Failed {
-    Dropped(LockError),
-    Other(LockError),
-}
-
-impl Failed {
-    fn into_error(self) -> LockError {
-        match self {
-            Failed::Dropped(e) | Failed::Other(e) => e,
-        }
-    }
-}
-
-impl LockService for RedisLock {
-    async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError> {
-        if self.wake.is_some() {
-            return Ok(());
-        }
-        let channel = wake_channel(&spec.key);
-        // Behind Sentinel, on the primary of the connection for the attempts: connected now if
-        // need be, and that answer then serves the first attempt too.
-        self.connection().await?;
-        let fut = self.connector.subscribe(&channel, self.primary.as_ref());
-        match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(wake)) => self.wake = Some(wake),
-            Ok(Err(fail)) => return Err(self.failed_connect(fail)),
-            Err(_) => return Err(self.timed_out("no SUBSCRIBE reply")),
-        }
-        Ok(())
-    }
-
-    async fn acquire(
-        &mut self,
-        spec: &LockSpec,
-        holder: &Holder,
-        queue: bool,
-    ) -> Result<Acquire, LockError> {
-        self.check_key(&spec.key)?;
-        let keys = Keys::of(&spec.key);
-        let ttl = spec.ttl.as_millis().to_string();
-        let ticket = if queue {
-            TICKET.as_millis().to_string()
-        } else {
-            "0".into()
-        };
-        // The history cap, read only when this attempt ends the run (not queueing, lock held):
-        // the script composes that "skipped" entry from the holder value (`note_skipped`).
-        let cap = if queue { 0 } else { spec.history };
-        let history = [cap.to_string()];
-        let sent_at = Instant::now();
-        let key_args = [
-            spec.key.as_str(),
-            &keys.fence,
-            &keys.queue,
-            &keys.tickets,
-            &keys.history,
-        ];
-        self.unsettled = true;
-        let (reply, acked) = match spec.limit {
-            None => {
-                let args = with_history(&[&holder.value, &ttl, &holder.id, &ticket], &history);
-                self.eval_acked(&scripts::ACQUIRE, &key_args, &args, true, Route::Named)
-                    .await?
-            }
-            Some(n) => {
-                let n = n.to_string();
-                let publish = self.publish();
-                let args = [
-                    &holder.value,
-                    &ttl,
-                    &holder.id,
-                    &ticket,
-                    &n,
-                    &keys.channel,
-                    publish,
-                ];
-                let args = with_history(&args, &history);
-                self.eval_acked(&scripts::SEM_ACQUIRE, &key_args, &args, true, Route::Named)
-                    .await?
-            }
-        };
-        let confirmed_at = Instant::now();
-        let lease = Lease {
-            holder: holder.clone(),
-            fence: 0,
-            sent_at,
-            confirmed_at,
-            readings: Vec::new(),
-        };
-        let decoded = match self.acquired(spec, lease, reply) {
-            Ok(decoded) => decoded,
-            // Whatever answered ran the request and said something none of the script's
-            // replies say: it may have granted the lock. The attempt stays unsettled, so the
-            // caller's give-back (token-checked) removes what it may have taken, on a new
-            // connection: one that carried a reply no Redis gives may be out of step.
-            Err(odd) => {
-                self.conn = None;
-                return Err(self.unexpected(&odd));
-            }
-        };
-        self.unsettled = false;
-        let acquired = decoded?;
-        if let (Acquire::Acquired(_), Err(e)) = (&acquired, acked) {
-            // Not on enough replicas: a failover now could hand the key to someone else. Give
-            // it back (token-checked) rather than hold it half-safely, and without waiting for
-            // the replicas a second time: they just failed to answer, and a give-back they miss
-            // leaves only our key, until its TTL.
-            self.unsettled = true;
-            self.give_back(spec, holder).await;
-            return Err(e);
-        }
-        Ok(acquired)
-    }
-
-    async fn give_back(&mut self, spec: &LockSpec, holder: &Holder) {
-        if !std::mem::take(&mut self.unsettled) {
-            return;
-        }
-        let lease = Lease::phantom(holder);
-        if let Err(e) = self
-            .release_with(spec, &lease, Duration::ZERO, None, false)
-            .await
-        {
-            tracing::debug!(error = %e, "giving back what the failed acquire may have taken");
-        }
-    }
-
-    async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
-        let ttl = spec.ttl.as_millis().to_string();
-        let script = if spec.limit.is_some() {
-            &scripts::SEM_RENEW
-        } else {
-            &scripts::RENEW
-        };
-        let sent = Instant::now();
-        let (reply, acked) = self
-            // Behind Sentinel on the primary a majority names now, and only then (see
-            // `Route::Named`): the token check then runs there, and a key that a failover lost
-            // means the lock is lost.
-            .eval_acked(
-                script,
-                &[&spec.key],
-                &[&lease.holder.value, &ttl],
-                true,
-                Route::Named,
-            )
-            .await?;
-        let received = Instant::now();
-        match reply {
-            Value::Int(0) => Ok(Renew::NotOwner),
-            // Renewed: the server's clock. Not acknowledged: the deadline stays where the last
-            // acknowledged write put it (the watchdog retries until then).
-            Value::Int(us) if us > 0 => acked.map(|()| Renew::Renewed(reading(us, sent, received))),
-            other => Err(self.unexpected(&other)),
-        }
-    }
-
-    async fn release(
-        &mut self,
-        spec: &LockSpec,
-        lease: &Lease,
-        keep_for: Duration,
-        note: Option<&Note>,
-    ) -> Result<Release, LockError> {
-        self.release_with(spec, lease, keep_for, note, true).await
-    }
-
-    async fn is_held_by(&mut self, spec: &LockSpec, token: &str) -> Result<bool, LockError> {
-        // Hashed here, not on the server: the token never leaves this process, and an id
-        // presented in its place hashes to something else.
-        let id = super::public_id(token);
-        let (reply, _) = self
-            .eval_acked(&scripts::HELD_BY, &[&spec.key], &[&id], false, Route::Named)
-            .await?;
-        match reply {
-            Value::Int(n) => Ok(n == 1),
-            other => Err(self.unexpected(&other)),
-        }
-    }
-
-    async fn leave_queue(
-        &mut self,
-        spec: &LockSpec,
-        holder: &Holder,
-        note: Option<&Note>,
-    ) -> Result<(), LockError> {
-        let keys = Keys::of(&spec.key);
-        let limit = spec.limit.unwrap_or(0).to_string();
-        let history = history_args(spec, holder, None, note);
-        let publish = self.publish();
-        let args = with_history(&[&holder.id, &limit, &keys.channel, publish], &history);
-        self.eval_acked(
-            &scripts::LEAVE,
-            &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
-            &args,
-            false,
-            Route::Named,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {
-        let Some(wake) = self.wake.as_mut() else {
-            return tokio::time::sleep(max).await;
-        };
-        let id = holder.id.as_bytes();
-        let mut dead = false;
-        let ours = async {
-            // Hints name the waiter whose turn it is (by public id); the others sleep on.
-            while let Some(payload) = wake.next().await {
-                if payload == id {
-                    return;
-                }
-            }
-            // The subscription died: fall back to sleeping (the caller's bound still holds,
-            // and the ticket renewal doubles as a poll).
-            dead = true;
-            std::future::pending::<()>().await
-        };
-        let _ = tokio::time::timeout(max, ours).await;
-        if dead {
-            // Subscribe again before the next attempt (see `subscribe_wakeups`).
-            self.wake = None;
-        }
-    }
-}
-
-impl RedisLock {
-    /// What the acquire script's reply says (see acquire.lua): `lease` (its fence still 0)
-    /// when it granted the lock; `Err` with the reply when it is none of the script's.
-    fn acquired(
-        &self,
-        spec: &LockSpec,
-        lease: Lease,
-        reply: Value,
-    ) -> Result<Result<Acquire, LockError>, Value> {
-        let Value::Array(items) = reply else {
-            return Err(reply);
-        };
-        Ok(match (items.first(), items.get(1)) {
-            (Some(Value::Int(1)), Some(Value::Int(fence))) => Ok(Acquire::Acquired(Lease {
-                fence: *fence as u64,
-                readings: match items.get(2) {
-                    Some(Value::Int(us)) => reading(*us, lease.sent_at, lease.confirmed_at),
-                    _ => Vec::new(),
-                },
-                ..lease
-            })),
-            (Some(Value::Int(0)), Some(Value::Int(pttl))) => Ok(Acquire::Held {
-                holder: items.get(2).and_then(as_string),
-                // PTTL is -1 for a key without expiry (set by hand), -2 for a lock that is
-                // free but promised to a queued waiter: no lease end to sleep by.
-                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                rank: match items.get(3) {
-                    Some(Value::Int(r)) => u64::try_from(*r).ok(),
-                    _ => None,
-                },
-            }),
-            (Some(Value::Int(-1)), Some(kind)) => {
-                let kind = as_string(kind).unwrap_or_default();
-                let key = spec.key.clone();
-                Err(self.error(Kind::Misuse(match (spec.limit, kind.as_str()) {
-                    (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
-                    (None, "zset") => Misuse::IsSemaphore { key },
-                    (Some(_), "string") => Misuse::IsPlainLock { key },
-                    _ => Misuse::Foreign { key, found: kind },
-                })))
-            }
-            (Some(Value::Int(-2)), Some(key)) => {
-                let key = as_string(key).unwrap_or_default();
-                Err(
-                    self.error(Kind::Misuse(if key == Keys::of(&spec.key).fence {
-                        Misuse::SpoiledFence { helper: key }
-                    } else {
-                        Misuse::SpoiledQueue { helper: key }
-                    })),
-                )
-            }
-            _ => return Err(Value::Array(items)),
-        })
-    }
-
-    /// [`LockService::release`]; `ack`: with `--acks`/`--fsync`, wait for the replicas (not
-    /// for a give-back: see [`LockService::give_back`]).
-    async fn release_with(
-        &mut self,
-        spec: &LockSpec,
-        lease: &Lease,
-        keep_for: Duration,
-        note: Option<&Note>,
-        ack: bool,
-    ) -> Result<Release, LockError> {
-        // Round up: keeping a millisecond too long is harmless, too short is not.
-        let keep = keep_for.as_micros().div_ceil(1000).to_string();
-        let script = if spec.limit.is_some() {
-            &scripts::SEM_RELEASE
-        } else {
-            &scripts::RELEASE
-        };
-        let keys = Keys::of(&spec.key);
-        let fence = (lease.fence > 0).then_some(lease.fence);
-        let history = history_args(spec, &lease.holder, fence, note);
-        let publish = self.publish();
-        let args = with_history(
-            &[&lease.holder.value, &keep, &keys.channel, publish],
-            &history,
-        );
-        let (reply, acked) = self
-            // Behind Sentinel on the primary named now: "released" means deleted where the
-            // key lives, not on a replaced primary that still accepts writes.
-            .eval_once(
-                script,
-                &[&spec.key, &keys.queue, &keys.tickets, &keys.history],
-                &args,
-                ack,
-                Route::Named,
-            )
-            .await
-            .map_err(Failed::into_error)?;
-        if let Some(e) = acked.err().filter(LockError::is_outage) {
-            // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
-            // The key is deleted on the primary; if a failover loses that, it only lingers
-            // until its TTL (ours, and no job of ours runs): nothing unsafe, but say so.
-            tracing::warn!(error = %e, "redis lock release not acknowledged by the replicas");
-        }
-        match reply {
-            Value::Int(1) => Ok(Release::Deleted),
-            Value::Int(2) => Ok(Release::Kept(keep_for)),
-            Value::Int(0) => Ok(Release::NotOwner),
-            other => Err(self.unexpected(&other)),
-        }
-    }
-}
-
-pub(super) fn as_string(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Okay => Some("OK".into()),
-        _ => None,
+    #[test]
+    fn acknowledgements_wait_two_thirds_of_a_reply_s_time() {
+        let lock = new_lock("redis://127.0.0.1:6390").with_acks(2, false);
+        assert!(lock.acking());
+        let words: Vec<String> = lock
+            .ack_cmd()
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(words, ["WAIT", "2", "666"]);
+        let fsync = new_lock("redis://127.0.0.1:6390").with_acks(0, true);
+        assert!(fsync.acking());
+        assert_eq!(fsync.ack_cmd().args_iter().count(), 4, "WAITAOF 1 0 666");
     }
 }

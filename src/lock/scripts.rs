@@ -1,9 +1,22 @@
-//! lockrun's Lua scripts (`scripts/*.lua`), each with the name `EVALSHA` sends for it.
+//! lockrun's Lua scripts (`scripts/*.lua`), each with the name `EVALSHA` sends for it, and each
+//! script's Rust side beside its `.lua` file: a typed request that builds its `KEYS` and `ARGV`
+//! in the order the script reads them, and a typed reply decoded in one function (`decode`,
+//! which hands back a reply none of the script's as it came, for the caller to report).
 //!
 //! Every text is fixed at compile time: what differs between deployments (the publish command
 //! on a Cluster) is a script argument, so a script has one SHA-1 wherever it runs. `build.rs`
 //! assembles each script from its files and computes its SHA-1 (its table says which files make
 //! up which script); the statics below are its output.
+
+pub mod acquire;
+pub mod force_release;
+pub mod held_by;
+pub mod inspect;
+pub mod leave;
+pub mod release;
+pub mod renew;
+
+use redis::Value;
 
 /// One script: its text and the lowercase hex SHA-1 of it, as `SCRIPT LOAD` and `EVALSHA`
 /// spell it.
@@ -28,6 +41,42 @@ impl Script {
 
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
+/// One run of a script, as a request builds it: the script, its `KEYS` and its `ARGV`.
+pub struct Call {
+    pub script: &'static Script,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// What each script's request says: which script, and its `KEYS` and `ARGV` in the order the
+/// script reads them (each `.lua` file's header lists them).
+pub trait Request {
+    fn script(&self) -> &'static Script;
+    fn keys(&self) -> Vec<String>;
+    fn args(&self) -> Vec<String>;
+
+    fn call(&self) -> Call {
+        Call {
+            script: self.script(),
+            keys: self.keys(),
+            args: self.args(),
+        }
+    }
+}
+
+impl Call {
+    /// The command that runs it: `eval` is `EVAL` (`body`: the script's text) or `EVALSHA`
+    /// (`body`: its SHA-1).
+    pub fn command(&self, eval: &str, body: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(eval);
+        cmd.arg(body)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+}
+
 /// The command that publishes a release hint: sharded pub/sub on a Cluster, so the hint stays
 /// on the lock's shard (its channel shares the lock's slot, see `keys::wake_channel`) instead
 /// of being broadcast to every node. Passed to the scripts that wake waiters.
@@ -39,8 +88,137 @@ pub fn publish_command(cluster: bool) -> &'static str {
     }
 }
 
+/// A reply item as text (a bulk or simple string); `None` for anything else.
+pub(crate) fn as_string(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".into()),
+        _ => None,
+    }
+}
+
+/// A reply item as an integer; `None` for anything else.
+fn as_int(v: Option<&Value>) -> Option<i64> {
+    match v {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A connection without a server, in the spirit of redis-test's `MockRedisConnection`: it
+/// records every command sent and answers each with the next canned reply, so a script's
+/// request and the decoding of its replies are tested without a server.
+#[cfg(test)]
+pub(crate) mod mock {
+    use super::Call;
+    use redis::{aio::ConnectionLike, Arg, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+    use std::collections::VecDeque;
+
+    #[derive(Default)]
+    pub struct MockConnection {
+        /// Each command sent, as its words.
+        pub sent: Vec<Vec<String>>,
+        replies: VecDeque<Value>,
+    }
+
+    impl MockConnection {
+        pub fn answering(replies: impl IntoIterator<Item = Value>) -> MockConnection {
+            MockConnection {
+                sent: Vec::new(),
+                replies: replies.into_iter().collect(),
+            }
+        }
+
+        fn record(&mut self, cmd: &Cmd) -> Value {
+            self.sent.push(
+                cmd.args_iter()
+                    .map(|a| match a {
+                        Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                        _ => "<cursor>".into(),
+                    })
+                    .collect(),
+            );
+            self.replies
+                .pop_front()
+                .expect("a canned reply for every command")
+        }
+    }
+
+    impl ConnectionLike for MockConnection {
+        fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+            let reply = self.record(cmd);
+            Box::pin(async move { Ok(reply) })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            pipeline: &'a Pipeline,
+            offset: usize,
+            count: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            let replies: Vec<Value> = pipeline.cmd_iter().map(|c| self.record(c)).collect();
+            Box::pin(async move { Ok(replies.into_iter().skip(offset).take(count).collect()) })
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    /// `call` sent by `EVALSHA` to a connection that answers `reply`: the words sent, and the
+    /// reply as the lock's requests receive it (an error reply comes back as `Err`).
+    pub fn run(call: &Call, reply: Value) -> (Vec<String>, RedisResult<Value>) {
+        let mut conn = MockConnection::answering([reply]);
+        let cmd = call.command("EVALSHA", call.script.sha());
+        let got = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+            .block_on(cmd.query_async::<Value>(&mut conn));
+        (conn.sent.remove(0), got)
+    }
+
+    /// The words `EVALSHA <sha> <number of keys> KEYS... ARGV...` for `call`'s script.
+    pub fn evalsha(call: &Call, keys: &[&str], args: &[&str]) -> Vec<String> {
+        let mut words = vec![
+            "EVALSHA".to_string(),
+            call.script.sha().to_string(),
+            keys.len().to_string(),
+        ];
+        words.extend(keys.iter().chain(args).map(|s| s.to_string()));
+        words
+    }
+
+    /// An error reply, as the server sends it (`-CODE words`).
+    pub fn error_reply(words: &str) -> Value {
+        redis::parse_redis_value(format!("-{words}\r\n").as_bytes()).expect("an error reply")
+    }
+
+    pub fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    pub fn array(items: impl IntoIterator<Item = Value>) -> Value {
+        Value::Array(items.into_iter().collect())
+    }
+
+    /// Replies none of lockrun's scripts gives, whatever the script: each decoder hands these
+    /// back as they came.
+    pub fn foreign() -> Vec<Value> {
+        vec![
+            Value::Nil,
+            Value::Okay,
+            Value::SimpleString("QUEUED".into()),
+            Value::Double(1.5),
+            Value::Boolean(true),
+            Value::Map(vec![(bulk("a"), Value::Int(1))]),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::mock::*;
     use super::*;
 
     #[test]
@@ -70,5 +248,52 @@ mod tests {
         ] {
             assert!(!script.text().contains("PUBLISH'"), "{}", script.text());
         }
+    }
+
+    #[test]
+    fn a_call_is_sent_as_script_key_count_keys_then_args() {
+        let call = Call {
+            script: &HELD_BY,
+            keys: vec!["k1".into(), "k2".into()],
+            args: vec!["a".into()],
+        };
+        let (sent, _) = run(&call, Value::Int(0));
+        assert_eq!(sent, evalsha(&call, &["k1", "k2"], &["a"]));
+        let eval: Vec<String> = call
+            .command("EVAL", HELD_BY.text())
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(eval[..2], ["EVAL".to_string(), HELD_BY.text().to_string()]);
+        assert_eq!(eval[2..], sent[2..]);
+    }
+
+    #[test]
+    fn an_error_reply_never_reaches_a_decoder() {
+        // The server's error replies come back as errors (redis_errors reads them), not as a
+        // reply for a script's decoder.
+        let call = Call {
+            script: &RENEW,
+            keys: vec!["k".into()],
+            args: vec![],
+        };
+        let refused = error_reply("NOSCRIPT No matching script");
+        let (_, got) = run(&call, refused);
+        assert_eq!(got.unwrap_err().code(), Some("NOSCRIPT"));
+    }
+
+    #[test]
+    fn as_string_reads_text_only() {
+        assert_eq!(as_string(&bulk("a b")).as_deref(), Some("a b"));
+        assert_eq!(
+            as_string(&Value::SimpleString("x".into())).as_deref(),
+            Some("x")
+        );
+        assert_eq!(as_string(&Value::Okay).as_deref(), Some("OK"));
+        assert_eq!(as_string(&Value::Int(1)), None);
+        assert_eq!(as_string(&Value::Nil), None);
     }
 }

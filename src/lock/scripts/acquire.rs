@@ -1,0 +1,349 @@
+//! acquire.lua (a lock) and sem_acquire.lua (a semaphore): one request, one reply, since both
+//! answer alike.
+
+use super::{as_int, as_string, Request, Script, ACQUIRE, SEM_ACQUIRE};
+use crate::lock::failure::Misuse;
+use crate::lock::keys::Keys;
+use redis::Value;
+use std::time::Duration;
+
+/// One acquire attempt.
+pub struct AcquireRequest<'a> {
+    pub key: &'a str,
+    /// The holder value written as the lock's value (or as the semaphore's member).
+    pub value: &'a str,
+    pub ttl: Duration,
+    /// The holder's public id, its name in the queue.
+    pub id: &'a str,
+    /// How long a place in the queue lasts; `None`: not waiting, do not queue.
+    pub ticket: Option<Duration>,
+    /// `None`: a lock (acquire.lua); `Some(n)`: a semaphore of n slots (sem_acquire.lua).
+    pub limit: Option<u32>,
+    /// The history cap for the "skipped" entry of an attempt that ends its run (0: none).
+    pub history: u32,
+    /// The command that publishes a release hint (see `scripts::publish_command`).
+    pub publish: &'static str,
+}
+
+impl Request for AcquireRequest<'_> {
+    fn script(&self) -> &'static Script {
+        match self.limit {
+            None => &ACQUIRE,
+            Some(_) => &SEM_ACQUIRE,
+        }
+    }
+
+    /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
+    /// KEYS[5] history.
+    fn keys(&self) -> Vec<String> {
+        let k = Keys::of(self.key);
+        vec![self.key.into(), k.fence, k.queue, k.tickets, k.history]
+    }
+
+    /// ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms (0: none);
+    /// a semaphore's ARGV[5] limit, ARGV[6] wake channel, ARGV[7] publish command; then the
+    /// history cap.
+    fn args(&self) -> Vec<String> {
+        let ticket = self.ticket.map_or(0, |t| t.as_millis());
+        let mut args = vec![
+            self.value.into(),
+            self.ttl.as_millis().to_string(),
+            self.id.into(),
+            ticket.to_string(),
+        ];
+        if let Some(n) = self.limit {
+            args.extend([
+                n.to_string(),
+                Keys::of(self.key).channel,
+                self.publish.into(),
+            ]);
+        }
+        args.push(self.history.to_string());
+        args
+    }
+}
+
+/// What an acquire script answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// `{1, fence, server clock in µs}`: acquired (the clock is absent from a script older
+    /// than the reading of it).
+    Acquired { fence: u64, server_us: Option<i64> },
+    /// `{0, pttl, holder, rank}`: held (or promised to a queued waiter).
+    Held {
+        /// What is left of the lease; `None` for a key without expiry (PTTL -1, set by hand)
+        /// and for a lock that is free but promised to a queued waiter (-2): no lease end to
+        /// sleep by.
+        pttl: Option<Duration>,
+        holder: Option<String>,
+        /// Our place in the queue.
+        rank: Option<u64>,
+    },
+    /// `{-1, type}` or `{-2, helper key}`: refused, nothing written.
+    Refused(Refusal),
+}
+
+/// Why an acquire script refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `{-1, type}`: the key is of a type the request does not use (or a sorted set that is
+    /// not a semaphore of lockrun's).
+    Misused { kind: String },
+    /// `{-2, helper key}`: a helper key spoiled by hand.
+    Spoiled { helper: String },
+}
+
+impl AcquireReply {
+    /// `Err`: the reply is none of the script's, handed back as it came. The first two items
+    /// decide; items after those a shape names are not read.
+    pub fn decode(reply: Value) -> Result<AcquireReply, Value> {
+        let Value::Array(items) = reply else {
+            return Err(reply);
+        };
+        Ok(match (items.first(), items.get(1)) {
+            (Some(Value::Int(1)), Some(Value::Int(fence))) => AcquireReply::Acquired {
+                fence: *fence as u64,
+                server_us: as_int(items.get(2)),
+            },
+            (Some(Value::Int(0)), Some(Value::Int(pttl))) => AcquireReply::Held {
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: items.get(2).and_then(as_string),
+                rank: as_int(items.get(3)).and_then(|r| u64::try_from(r).ok()),
+            },
+            (Some(Value::Int(-1)), Some(kind)) => AcquireReply::Refused(Refusal::Misused {
+                kind: as_string(kind).unwrap_or_default(),
+            }),
+            (Some(Value::Int(-2)), Some(key)) => AcquireReply::Refused(Refusal::Spoiled {
+                helper: as_string(key).unwrap_or_default(),
+            }),
+            _ => return Err(Value::Array(items)),
+        })
+    }
+}
+
+impl Refusal {
+    /// What the refusal says about `key` (`limit`: as requested).
+    pub fn misuse(&self, key: &str, limit: Option<u32>) -> Misuse {
+        let key = key.to_string();
+        match self {
+            Refusal::Misused { kind } => match (limit, kind.as_str()) {
+                (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                (None, "zset") => Misuse::IsSemaphore { key },
+                (Some(_), "string") => Misuse::IsPlainLock { key },
+                _ => Misuse::Foreign {
+                    key,
+                    found: kind.clone(),
+                },
+            },
+            Refusal::Spoiled { helper } if *helper == Keys::of(&key).fence => {
+                Misuse::SpoiledFence {
+                    helper: helper.clone(),
+                }
+            }
+            Refusal::Spoiled { helper } => Misuse::SpoiledQueue {
+                helper: helper.clone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mock::*;
+    use super::*;
+
+    fn request(limit: Option<u32>, ticket: Option<Duration>) -> AcquireRequest<'static> {
+        AcquireRequest {
+            key: "job",
+            value: "abc host=h pid=1",
+            ttl: Duration::from_millis(1500),
+            id: "abc",
+            ticket,
+            limit,
+            history: 7,
+            publish: "PUBLISH",
+        }
+    }
+
+    const KEYS: [&str; 5] = [
+        "job",
+        "lockrun:fence:{job}",
+        "lockrun:waiters:{job}",
+        "lockrun:tickets:{job}",
+        "lockrun:history:{job}",
+    ];
+
+    #[test]
+    fn a_lock_sends_value_ttl_id_ticket_and_history_cap() {
+        let call = request(None, Some(Duration::from_secs(3))).call();
+        let (sent, _) = run(&call, Value::Nil);
+        let args = ["abc host=h pid=1", "1500", "abc", "3000", "7"];
+        assert_eq!(sent, evalsha(&call, &KEYS, &args));
+        assert_eq!(call.script.sha(), ACQUIRE.sha());
+        let call = request(None, None).call();
+        assert_eq!(call.args, ["abc host=h pid=1", "1500", "abc", "0", "7"]);
+    }
+
+    #[test]
+    fn a_semaphore_sends_its_limit_channel_and_publish_command_before_the_cap() {
+        let call = request(Some(3), None).call();
+        let (sent, _) = run(&call, Value::Nil);
+        let args = [
+            "abc host=h pid=1",
+            "1500",
+            "abc",
+            "0",
+            "3",
+            "lockrun:wake:{job}",
+            "PUBLISH",
+            "7",
+        ];
+        assert_eq!(sent, evalsha(&call, &KEYS, &args));
+        assert_eq!(call.script.sha(), SEM_ACQUIRE.sha());
+    }
+
+    fn decode(items: Vec<Value>) -> Result<AcquireReply, Value> {
+        let (_, got) = run(&request(None, None).call(), array(items));
+        AcquireReply::decode(got.expect("a reply"))
+    }
+
+    #[test]
+    fn acquired_with_and_without_the_server_clock() {
+        let got = decode(vec![Value::Int(1), Value::Int(42), Value::Int(7_000)]);
+        assert_eq!(
+            got,
+            Ok(AcquireReply::Acquired {
+                fence: 42,
+                server_us: Some(7_000)
+            })
+        );
+        let got = decode(vec![Value::Int(1), Value::Int(42)]);
+        let want = AcquireReply::Acquired {
+            fence: 42,
+            server_us: None,
+        };
+        assert_eq!(got, Ok(want.clone()));
+        // A clock that is not an integer is no clock.
+        assert_eq!(
+            decode(vec![Value::Int(1), Value::Int(42), bulk("7")]),
+            Ok(want)
+        );
+    }
+
+    #[test]
+    fn held_by_a_holder_by_nobody_and_without_expiry() {
+        let got = decode(vec![
+            Value::Int(0),
+            Value::Int(900),
+            bulk("x host=h"),
+            Value::Int(2),
+        ]);
+        assert_eq!(
+            got,
+            Ok(AcquireReply::Held {
+                pttl: Some(Duration::from_millis(900)),
+                holder: Some("x host=h".into()),
+                rank: Some(2),
+            })
+        );
+        for pttl in [-1, -2] {
+            let got = decode(vec![
+                Value::Int(0),
+                Value::Int(pttl),
+                bulk("r"),
+                Value::Int(0),
+            ]);
+            assert!(
+                matches!(
+                    got,
+                    Ok(AcquireReply::Held {
+                        pttl: None,
+                        rank: Some(0),
+                        ..
+                    })
+                ),
+                "{got:?}"
+            );
+        }
+        let got = decode(vec![Value::Int(0), Value::Int(5)]);
+        assert_eq!(
+            got,
+            Ok(AcquireReply::Held {
+                pttl: Some(Duration::from_millis(5)),
+                holder: None,
+                rank: None
+            })
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_misuse() {
+        let refusal = |items| match decode(items) {
+            Ok(AcquireReply::Refused(r)) => r,
+            other => panic!("{other:?}"),
+        };
+        let misused =
+            |kind: &str, limit| refusal(vec![Value::Int(-1), bulk(kind)]).misuse("job", limit);
+        let key = "job".to_string();
+        assert_eq!(
+            misused("zset", None),
+            Misuse::IsSemaphore { key: key.clone() }
+        );
+        assert_eq!(
+            misused("string", Some(2)),
+            Misuse::IsPlainLock { key: key.clone() }
+        );
+        assert_eq!(
+            misused("foreign-zset", Some(2)),
+            Misuse::ForeignSemaphore { key: key.clone() }
+        );
+        assert_eq!(
+            misused("hash", None),
+            Misuse::Foreign {
+                key: key.clone(),
+                found: "hash".into()
+            }
+        );
+        let spoiled =
+            |helper: &str| refusal(vec![Value::Int(-2), bulk(helper)]).misuse("job", None);
+        assert_eq!(
+            spoiled("lockrun:fence:{job}"),
+            Misuse::SpoiledFence {
+                helper: "lockrun:fence:{job}".into()
+            }
+        );
+        assert_eq!(
+            spoiled("lockrun:tickets:{job}"),
+            Misuse::SpoiledQueue {
+                helper: "lockrun:tickets:{job}".into()
+            }
+        );
+        // A refusal whose second item is not text still refuses, naming nothing.
+        assert_eq!(
+            decode(vec![Value::Int(-1), Value::Int(3)]),
+            Ok(AcquireReply::Refused(Refusal::Misused { kind: "".into() }))
+        );
+    }
+
+    #[test]
+    fn malformed_replies_come_back_as_they_came() {
+        let odd = [
+            vec![],
+            vec![Value::Int(1)],
+            vec![Value::Int(0)],
+            vec![Value::Int(-1)],
+            vec![Value::Int(1), bulk("42")],
+            vec![Value::Int(0), Value::Nil],
+            vec![Value::Int(3), Value::Int(1)],
+            vec![bulk("1"), Value::Int(1)],
+            vec![Value::Nil, Value::Nil],
+        ];
+        for items in odd {
+            let reply = array(items);
+            assert_eq!(AcquireReply::decode(reply.clone()), Err(reply));
+        }
+        for reply in foreign().into_iter().chain([Value::Int(1), bulk("OK")]) {
+            assert_eq!(AcquireReply::decode(reply.clone()), Err(reply));
+        }
+    }
+}

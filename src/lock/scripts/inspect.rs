@@ -1,0 +1,143 @@
+//! inspect.lua: what `lockrun status` and `lockrun list` show about one key, read at once.
+
+use super::{as_int, as_string, Request, Script, INSPECT};
+use crate::lock::inspect::{held_since, Inspection};
+use crate::lock::keys::Keys;
+use redis::Value;
+use std::time::Duration;
+
+pub struct InspectRequest<'a> {
+    pub key: &'a str,
+}
+
+impl Request for InspectRequest<'_> {
+    fn script(&self) -> &'static Script {
+        &INSPECT
+    }
+
+    /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries.
+    fn keys(&self) -> Vec<String> {
+        let k = Keys::of(self.key);
+        vec![self.key.into(), k.fence, k.queue, k.tickets]
+    }
+
+    /// None.
+    fn args(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// `{type, fence or '', live waiters, next waiter's id or '', ms since it queued, server
+/// clock in µs, then holder value and ms left for each holder}`. Read leniently, item by item:
+/// an item of another kind reads as absent (and a holder without its time left is not read).
+/// `Err`: not an array, handed back as it came.
+pub fn decode(reply: Value) -> Result<Inspection, Value> {
+    let Value::Array(items) = reply else {
+        return Err(reply);
+    };
+    let text = |i: usize| items.get(i).and_then(as_string).unwrap_or_default();
+    let count = |i: usize| as_int(items.get(i)).and_then(|n| u64::try_from(n).ok());
+    let mut holders = Vec::new();
+    let mut i = 6;
+    while i + 1 < items.len() {
+        holders.push((text(i), count(i + 1).map(Duration::from_millis)));
+        i += 2;
+    }
+    let next = text(3);
+    let (kind, fence) = (text(0), text(1).parse().ok());
+    let held_for = match (kind.as_str(), fence, text(5).parse::<u64>()) {
+        ("string", Some(f), Ok(now)) => held_since(f, now),
+        _ => None,
+    };
+    Ok(Inspection {
+        held_for,
+        kind,
+        fence,
+        waiters: count(2).unwrap_or(0),
+        next: (!next.is_empty()).then(|| (next, Duration::from_millis(count(4).unwrap_or(0)))),
+        holders,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mock::*;
+    use super::*;
+
+    #[test]
+    fn sends_the_key_and_its_helpers_without_arguments() {
+        let call = InspectRequest { key: "job" }.call();
+        let (sent, _) = run(&call, array([]));
+        let keys = [
+            "job",
+            "lockrun:fence:{job}",
+            "lockrun:waiters:{job}",
+            "lockrun:tickets:{job}",
+        ];
+        assert_eq!(sent, evalsha(&call, &keys, &[]));
+        assert_eq!(call.script.sha(), INSPECT.sha());
+    }
+
+    const NOW_US: u64 = 1_700_000_000_000_000;
+
+    fn head(kind: &str, fence: &str, waiters: i64, next: &str) -> Vec<Value> {
+        vec![
+            bulk(kind),
+            bulk(fence),
+            Value::Int(waiters),
+            bulk(next),
+            Value::Int(1200),
+            bulk(&NOW_US.to_string()),
+        ]
+    }
+
+    #[test]
+    fn a_held_lock_with_a_waiter() {
+        let fence = (NOW_US - 2_000_000).to_string();
+        let mut items = head("string", &fence, 1, "w1");
+        items.extend([bulk("abc host=h"), Value::Int(900)]);
+        let got = decode(array(items)).unwrap();
+        assert_eq!(got.kind, "string");
+        assert_eq!(got.fence, Some(NOW_US - 2_000_000));
+        assert_eq!(got.waiters, 1);
+        assert_eq!(got.next, Some(("w1".into(), Duration::from_millis(1200))));
+        assert_eq!(
+            got.holders,
+            [("abc host=h".to_string(), Some(Duration::from_millis(900)))]
+        );
+        assert_eq!(got.held_for, Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_free_key_a_key_without_expiry_and_a_semaphore() {
+        let got = decode(array(head("none", "", 0, ""))).unwrap();
+        assert_eq!(
+            (got.kind.as_str(), got.fence, got.waiters),
+            ("none", None, 0)
+        );
+        assert_eq!((got.next, got.holders.len(), got.held_for), (None, 0, None));
+        let mut items = head("string", "7", 0, "");
+        items.extend([bulk("by hand"), Value::Int(-1)]);
+        let got = decode(array(items)).unwrap();
+        assert_eq!(got.holders, [("by hand".to_string(), None)]);
+        let mut items = head("zset", "9", 0, "");
+        items.extend([bulk("a"), Value::Int(1), bulk("b"), Value::Int(2)]);
+        let got = decode(array(items)).unwrap();
+        assert_eq!(got.holders.len(), 2);
+        assert_eq!(got.held_for, None, "a semaphore has several holders");
+    }
+
+    #[test]
+    fn malformed_replies_read_leniently_or_come_back() {
+        // Short, or of the wrong kinds: what is there is read, the rest is absent.
+        let got = decode(array([Value::Int(3)])).unwrap();
+        assert_eq!((got.kind.as_str(), got.fence, got.waiters), ("", None, 0));
+        let mut items = head("string", "x", -4, "");
+        items.push(bulk("half a holder"));
+        let got = decode(array(items)).unwrap();
+        assert_eq!((got.fence, got.waiters, got.holders.len()), (None, 0, 0));
+        for reply in [Value::Int(1), bulk("string")].into_iter().chain(foreign()) {
+            assert!(matches!(decode(reply.clone()), Err(v) if v == reply));
+        }
+    }
+}

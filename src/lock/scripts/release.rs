@@ -1,0 +1,144 @@
+//! release.lua (a lock) and sem_release.lua (a semaphore): one request, one reply.
+
+use super::{Request, Script, RELEASE, SEM_RELEASE};
+use crate::lock::keys::Keys;
+use redis::Value;
+use std::time::Duration;
+
+/// One release (or give-back) of a lease.
+pub struct ReleaseRequest<'a> {
+    pub key: &'a str,
+    /// Our holder value: only that is ever deleted.
+    pub value: &'a str,
+    /// How long the key is kept before it goes (`--min-hold`); zero: deleted now.
+    pub keep: Duration,
+    /// A semaphore's slot (sem_release.lua) rather than a lock (release.lua).
+    pub semaphore: bool,
+    /// The run's history entry (see `keys::history_args`).
+    pub history: Vec<String>,
+    /// The command that publishes a release hint (see `scripts::publish_command`).
+    pub publish: &'static str,
+}
+
+impl Request for ReleaseRequest<'_> {
+    fn script(&self) -> &'static Script {
+        if self.semaphore {
+            &SEM_RELEASE
+        } else {
+            &RELEASE
+        }
+    }
+
+    /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history.
+    fn keys(&self) -> Vec<String> {
+        let k = Keys::of(self.key);
+        vec![self.key.into(), k.queue, k.tickets, k.history]
+    }
+
+    /// ARGV[1] holder value, ARGV[2] ms to keep, ARGV[3] wake channel, ARGV[4] publish
+    /// command, ARGV[5..] the history entry.
+    fn args(&self) -> Vec<String> {
+        // Round up: keeping a millisecond too long is harmless, too short is not.
+        let keep = self.keep.as_micros().div_ceil(1000);
+        let mut args = vec![
+            self.value.into(),
+            keep.to_string(),
+            Keys::of(self.key).channel,
+            self.publish.into(),
+        ];
+        args.extend(self.history.iter().cloned());
+        args
+    }
+}
+
+/// What a release script answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseReply {
+    /// 1: deleted (a semaphore: our slot given back).
+    Deleted,
+    /// 2: kept for the time asked.
+    Kept,
+    /// 0: not ours (nothing else touched).
+    NotOwner,
+}
+
+impl ReleaseReply {
+    /// `Err`: the reply is none of the script's, handed back as it came.
+    pub fn decode(reply: Value) -> Result<ReleaseReply, Value> {
+        match reply {
+            Value::Int(1) => Ok(ReleaseReply::Deleted),
+            Value::Int(2) => Ok(ReleaseReply::Kept),
+            Value::Int(0) => Ok(ReleaseReply::NotOwner),
+            other => Err(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mock::*;
+    use super::*;
+
+    fn request(semaphore: bool, keep: Duration) -> ReleaseRequest<'static> {
+        ReleaseRequest {
+            key: "job",
+            value: "abc host=h pid=1",
+            keep,
+            semaphore,
+            history: vec!["5".into(), "outcome".into(), "ran".into()],
+            publish: "SPUBLISH",
+        }
+    }
+
+    #[test]
+    fn sends_value_keep_channel_publish_then_the_history_entry() {
+        for semaphore in [false, true] {
+            let call = request(semaphore, Duration::from_micros(1_001)).call();
+            let (sent, _) = run(&call, Value::Int(1));
+            let keys = [
+                "job",
+                "lockrun:waiters:{job}",
+                "lockrun:tickets:{job}",
+                "lockrun:history:{job}",
+            ];
+            let args = [
+                "abc host=h pid=1",
+                "2",
+                "lockrun:wake:{job}",
+                "SPUBLISH",
+                "5",
+                "outcome",
+                "ran",
+            ];
+            assert_eq!(sent, evalsha(&call, &keys, &args));
+            let script = if semaphore { &SEM_RELEASE } else { &RELEASE };
+            assert_eq!(call.script.sha(), script.sha());
+        }
+        // The time to keep rounds up to whole milliseconds.
+        assert_eq!(request(false, Duration::ZERO).args()[1], "0");
+        assert_eq!(request(false, Duration::from_millis(250)).args()[1], "250");
+    }
+
+    #[test]
+    fn decodes_every_reply_of_the_script() {
+        let decode =
+            |v| ReleaseReply::decode(run(&request(false, Duration::ZERO).call(), v).1.unwrap());
+        assert_eq!(decode(Value::Int(1)), Ok(ReleaseReply::Deleted));
+        assert_eq!(decode(Value::Int(2)), Ok(ReleaseReply::Kept));
+        assert_eq!(decode(Value::Int(0)), Ok(ReleaseReply::NotOwner));
+    }
+
+    #[test]
+    fn malformed_replies_come_back_as_they_came() {
+        let odd = [
+            Value::Int(3),
+            Value::Int(-1),
+            bulk("1"),
+            array([Value::Int(1)]),
+            array([]),
+        ];
+        for reply in odd.into_iter().chain(foreign()) {
+            assert_eq!(ReleaseReply::decode(reply.clone()), Err(reply));
+        }
+    }
+}
