@@ -60,7 +60,7 @@ pub(super) fn help_flag() -> clap::Arg {
 /// line needs for cron does not fit a help screen's width, and a wrapped crontab line does not
 /// work.
 pub const EXAMPLE: (&str, &str) = (
-    "the same job on many hosts, one runs it each minute; the crontab line is in the README",
+    "many hosts, one runs it each minute; its crontab line: README",
     "lockrun -r redis://db1 -q -E 0 --every 1m report -- /opt/report.sh",
 );
 
