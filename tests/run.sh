@@ -24,6 +24,10 @@ source tests/ensure-ci-linters.sh
 source tests/ensure-prometheus.sh
 source tests/ensure-cron.sh
 source tests/ensure-netns.sh
+# Most end-to-end tests wait on timers (leases, ticks, partitions), not the CPU: six at a time
+# on two cores take a third of the time two at a time do (docs/contributing.md has the numbers).
+# RUST_TEST_THREADS=<n> sets another number; the fault and availability tables' long runs use 1.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 # The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two, whole.
 # The second pass of `both` leaves out the tests whose subject is another program or a
