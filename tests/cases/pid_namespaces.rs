@@ -501,40 +501,34 @@ fn holds_the_lock_until_a_daemon_it_cannot_signal_ends(sandbox: &Sandbox, redis:
     );
 }
 
-#[test]
-fn pid_namespace_pid_1_with_its_own_proc() {
+/// As PID 1 of the namespace, whatever /proc it sees: the command's code, the lock held while
+/// a backgrounded member lives, an adopted daemon SIGKILLed after --kill-after.
+fn as_pid_1_every_promise_holds(proc: Proc) {
     let redis = Server::start();
-    let sandbox = Sandbox::new(Proc::Own, Place::Pid1);
+    let sandbox = Sandbox::new(proc, Place::Pid1);
     exits_with_the_command(&sandbox, &redis);
     holds_the_lock_while_a_backgrounded_member_lives(&sandbox, &redis);
     sigkills_an_adopted_daemon_after_kill_after(&sandbox, &redis);
+}
+
+#[test]
+fn pid_namespace_pid_1_with_its_own_proc() {
+    as_pid_1_every_promise_holds(Proc::Own);
 }
 
 #[test]
 fn pid_namespace_pid_1_with_the_hosts_proc() {
-    let redis = Server::start();
-    let sandbox = Sandbox::new(Proc::Hosts, Place::Pid1);
-    exits_with_the_command(&sandbox, &redis);
-    holds_the_lock_while_a_backgrounded_member_lives(&sandbox, &redis);
-    sigkills_an_adopted_daemon_after_kill_after(&sandbox, &redis);
+    as_pid_1_every_promise_holds(Proc::Hosts);
 }
 
 #[test]
 fn pid_namespace_pid_1_with_an_empty_proc() {
-    let redis = Server::start();
-    let sandbox = Sandbox::new(Proc::Empty, Place::Pid1);
-    exits_with_the_command(&sandbox, &redis);
-    holds_the_lock_while_a_backgrounded_member_lives(&sandbox, &redis);
-    sigkills_an_adopted_daemon_after_kill_after(&sandbox, &redis);
+    as_pid_1_every_promise_holds(Proc::Empty);
 }
 
 #[test]
 fn pid_namespace_pid_1_without_proc() {
-    let redis = Server::start();
-    let sandbox = Sandbox::new(Proc::Absent, Place::Pid1);
-    exits_with_the_command(&sandbox, &redis);
-    holds_the_lock_while_a_backgrounded_member_lives(&sandbox, &redis);
-    sigkills_an_adopted_daemon_after_kill_after(&sandbox, &redis);
+    as_pid_1_every_promise_holds(Proc::Absent);
 }
 
 /// Below PID 1 (no subreaper), with the host's /proc: the group is the kernel's answer alone.
