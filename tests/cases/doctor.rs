@@ -440,7 +440,7 @@ fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for l in std::io::BufReader::new(stdout)
             .lines()
             .map_while(Result::ok)
@@ -460,6 +460,9 @@ fn doctor_on_a_slow_server_is_bounded_and_prints_as_it_goes() {
         let _ = child.kill();
         let _ = child.wait();
     }
+    // Every line doctor wrote: the reader reaches the end of the pipe once doctor is gone (its
+    // last lines may still be on their way when the exit is seen).
+    reader.join().unwrap();
     let lines: Vec<(Duration, String)> = rx.try_iter().collect();
     let shown = format!("{lines:#?}");
     assert!(
