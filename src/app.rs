@@ -113,7 +113,7 @@ async fn run_nested(
     let job = supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
     decide(Course::Ran {
         job,
-        interrupted: signals.interrupted().is_some(),
+        stop_received: signals.stop_received().is_some(),
         key_gone: false,
     })
 }
@@ -186,7 +186,7 @@ impl HeldJob<'_> {
         Turn::Done {
             course: Course::Ran {
                 job,
-                interrupted: signals.interrupted().is_some(),
+                stop_received: signals.stop_received().is_some(),
                 key_gone: false,
             },
             keep: self.hold.saturating_sub(lease.confirmed_at.elapsed()),

@@ -49,7 +49,7 @@ pub fn parse(input: &str) -> Result<Duration, String> {
 pub enum Wait {
     /// Give up after this long (zero: a single attempt).
     For(Duration),
-    /// Wait until the lock is ours or a signal aborts.
+    /// Wait until the lock is ours or a stop signal comes.
     Forever,
 }
 

@@ -53,8 +53,8 @@ pub enum Course {
     /// The command ran.
     Ran {
         job: JobEnd,
-        /// lockrun received SIGTERM, SIGINT, SIGHUP or SIGQUIT before the job was gone.
-        interrupted: bool,
+        /// lockrun received a stop signal before the job was gone.
+        stop_received: bool,
         /// The release found the key gone or another holder's: the job ran without the lock
         /// for a while.
         key_gone: bool,
@@ -89,7 +89,7 @@ pub fn decide(course: Course) -> Ending {
         Course::Aborted(sig) => (ExitCode::Aborted(sig), Outcome::Aborted, false),
         Course::Ran {
             job,
-            interrupted,
+            stop_received,
             key_gone,
         } => {
             let stopped_for_lock = job.stopped == Stopped::Lock;
@@ -102,7 +102,7 @@ pub fn decide(course: Course) -> Ending {
             let outcome = match code {
                 ExitCode::LockLost => Outcome::Lost,
                 ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,
-                ExitCode::Command(_) | ExitCode::Signaled(_) if interrupted => Outcome::Aborted,
+                ExitCode::Command(_) | ExitCode::Signaled(_) if stop_received => Outcome::Aborted,
                 ExitCode::Command(_) | ExitCode::Signaled(_) => Outcome::Ran,
                 _ => Outcome::Error,
             };
@@ -127,10 +127,10 @@ impl Ending {
     pub fn key_gone(self) -> Ending {
         match self.course {
             Course::Ran {
-                job, interrupted, ..
+                job, stop_received, ..
             } => decide(Course::Ran {
                 job,
-                interrupted,
+                stop_received,
                 key_gone: true,
             }),
             _ => self,
@@ -166,10 +166,10 @@ mod tests {
         }
     }
 
-    fn ran(job: JobEnd, interrupted: bool, key_gone: bool) -> Course {
+    fn ran(job: JobEnd, stop_received: bool, key_gone: bool) -> Course {
         Course::Ran {
             job,
-            interrupted,
+            stop_received,
             key_gone,
         }
     }
@@ -177,12 +177,12 @@ mod tests {
     /// A job's ending as lockrun worked it out before `decide`, step by step: the supervisor's
     /// code (76 while stopping for the lock), `record.lost` after the job, the key found gone
     /// at release, and the metrics file's outcome (`outcome_of(code, record.lost,
-    /// interrupted)`).
+    /// stop_received)`).
     fn before(
         status: ExitCode,
         stopped: Stopped,
         lock_lost: bool,
-        interrupted: bool,
+        stop_received: bool,
         key_gone: bool,
     ) -> (ExitCode, Outcome, bool) {
         let code = if stopped == Stopped::Lock {
@@ -194,11 +194,11 @@ mod tests {
         if key_gone {
             lost = true;
         }
-        (code, outcome_of(code, lost, interrupted), lost)
+        (code, outcome_of(code, lost, stop_received), lost)
     }
 
     /// `metrics::outcome_of` as it was.
-    fn outcome_of(code: ExitCode, lost: bool, interrupted: bool) -> Outcome {
+    fn outcome_of(code: ExitCode, lost: bool, stop_received: bool) -> Outcome {
         match code {
             Conflict(_) => Outcome::Skipped,
             LockLost => Outcome::Lost,
@@ -207,7 +207,7 @@ mod tests {
                 Outcome::Error
             }
             Command(_) | Signaled(_) if lost => Outcome::Lost,
-            Command(_) | Signaled(_) if interrupted => Outcome::Aborted,
+            Command(_) | Signaled(_) if stop_received => Outcome::Aborted,
             Command(_) | Signaled(_) => Outcome::Ran,
         }
     }
@@ -246,12 +246,12 @@ mod tests {
         for status in statuses {
             for stopped in reasons {
                 for lock_lost in [false, true] {
-                    for interrupted in [false, true] {
+                    for stop_received in [false, true] {
                         for key_gone in [false, true] {
                             let course =
-                                ran(job(status, stopped, lock_lost), interrupted, key_gone);
+                                ran(job(status, stopped, lock_lost), stop_received, key_gone);
                             let (code, outcome, lost) =
-                                before(status, stopped, lock_lost, interrupted, key_gone);
+                                before(status, stopped, lock_lost, stop_received, key_gone);
                             rows.push((course, code, outcome, lost));
                         }
                     }
@@ -262,8 +262,12 @@ mod tests {
         for (course, code, outcome, lost) in rows {
             if !matches!(course, Course::Ran { .. }) {
                 // No job ran: the outcome is the code's, whatever signal came.
-                for interrupted in [false, true] {
-                    assert_eq!(outcome_of(code, false, interrupted), outcome, "{course:?}");
+                for stop_received in [false, true] {
+                    assert_eq!(
+                        outcome_of(code, false, stop_received),
+                        outcome,
+                        "{course:?}"
+                    );
                 }
             }
             let ending = decide(course);

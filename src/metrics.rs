@@ -574,7 +574,7 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
 
     /// The ending of a job that ran and exited with `status`; `lost`: with `--on-lost
     /// continue`.
-    fn ran(status: ExitCode, lost: bool, interrupted: bool) -> Ending {
+    fn ran(status: ExitCode, lost: bool, stop_received: bool) -> Ending {
         let job = JobEnd {
             status,
             stopped: Stopped::No,
@@ -582,7 +582,7 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
         };
         decide(Course::Ran {
             job,
-            interrupted,
+            stop_received,
             key_gone: false,
         })
     }
@@ -641,7 +641,7 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
                 stopped: Stopped::Lock,
                 lock_lost: true,
             },
-            interrupted: false,
+            stop_received: false,
             key_gone: false,
         });
         for ending in [

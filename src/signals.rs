@@ -16,8 +16,10 @@ pub struct Received {
     pub from_kernel: bool,
 }
 
-/// Signals that stop lockrun while it waits for or acquires the lock (exit 128+N).
-pub const ABORTING: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+/// The stop signals: they stop lockrun while it waits for or acquires the lock (the run is
+/// `aborted`, exit 128+N) and, passed on, the job it runs. One concept, one name: a "stop" in
+/// the code, an "aborted" run in what users read.
+pub const STOP_SIGNALS: [i32; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
 /// Every catchable signal that means something to the job. Not here: SIGKILL/SIGSTOP (cannot
 /// be caught), SIGCHLD (about our own children; handled apart), SIGPIPE (about our own
@@ -60,7 +62,7 @@ static MAIN_PID: AtomicI32 = AtomicI32::new(-1);
 /// ever full (thousands of unread signals) the byte pair is dropped: SIGCHLD is level-checked
 /// by reaping in a loop anyway, and forwarding a storm of duplicates loses nothing.
 extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: only async-signal-safe calls; errno is saved and restored so the interrupted
+    // SAFETY: only async-signal-safe calls; errno is saved and restored so the stop_received
     // code never sees it change.
     unsafe {
         let errno = *libc::__errno_location();
@@ -98,9 +100,9 @@ pub struct Signals {
     pipe: Option<pipe::Receiver>,
     /// The signal mask lockrun was started with; the command gets it back before exec.
     original_mask: libc::sigset_t,
-    /// The first of [`ABORTING`] received, whatever was done with it (abort the wait, forward
+    /// The first of [`STOP_SIGNALS`] received, whatever was done with it (end the wait, forward
     /// it to the job): how the run's outcome tells "stopped from outside" from "finished".
-    interrupted: Option<i32>,
+    stop_received: Option<i32>,
 }
 
 impl Signals {
@@ -174,7 +176,7 @@ impl Signals {
             read: Some(read),
             pipe: None,
             original_mask,
-            interrupted: None,
+            stop_received: None,
         })
     }
 
@@ -185,13 +187,13 @@ impl Signals {
     }
 
     /// The first SIGTERM, SIGINT, SIGHUP or SIGQUIT lockrun has received so far, if any.
-    pub fn interrupted(&self) -> Option<i32> {
-        self.interrupted
+    pub fn stop_received(&self) -> Option<i32> {
+        self.stop_received
     }
 
     fn note(&mut self, r: Received) {
-        if self.interrupted.is_none() && ABORTING.contains(&r.signo) {
-            self.interrupted = Some(r.signo);
+        if self.stop_received.is_none() && STOP_SIGNALS.contains(&r.signo) {
+            self.stop_received = Some(r.signo);
         }
     }
 
@@ -238,19 +240,19 @@ impl Signals {
         }
     }
 
-    /// Takes everything already received and returns the first signal that aborts a wait.
-    pub fn take_abort(&mut self) -> Option<i32> {
-        let mut abort = None;
+    /// Takes everything already received and returns the first stop signal among it.
+    pub fn take_stop(&mut self) -> Option<i32> {
+        let mut stop = None;
         let mut buf = [0u8; 128];
         loop {
             let n = match self.receiver().map(|rx| rx.try_read(&mut buf)) {
                 Some(Ok(n)) if n > 0 => n,
-                _ => return abort,
+                _ => return stop,
             };
             for r in Self::decode(&buf[..n]) {
                 self.note(r);
-                if abort.is_none() && ABORTING.contains(&r.signo) {
-                    abort = Some(r.signo);
+                if stop.is_none() && STOP_SIGNALS.contains(&r.signo) {
+                    stop = Some(r.signo);
                 }
             }
         }
@@ -312,7 +314,7 @@ mod tests {
         ] {
             assert!(!f.contains(&s), "{}", name(s));
         }
-        for s in ABORTING {
+        for s in STOP_SIGNALS {
             assert!(f.contains(&s));
         }
         assert!(f.contains(&libc::SIGRTMAX()));

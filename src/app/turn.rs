@@ -20,25 +20,25 @@ use tracing::{debug, error, info, warn};
 #[allow(async_fn_in_trait)] // Static dispatch only; futures never cross threads.
 pub trait Stops {
     /// Takes everything received so far; the first stop signal among it, if any.
-    fn take_abort(&mut self) -> Option<i32>;
+    fn take_stop(&mut self) -> Option<i32>;
     /// Waits for the next signal: `Some(signo)` for a stop signal (SIGTERM, SIGINT, SIGHUP,
     /// SIGQUIT), `None` for any other (they mean nothing before the command starts).
     async fn next_stop(&mut self) -> Option<i32>;
 }
 
 impl Stops for Signals {
-    fn take_abort(&mut self) -> Option<i32> {
-        Signals::take_abort(self)
+    fn take_stop(&mut self) -> Option<i32> {
+        Signals::take_stop(self)
     }
 
     async fn next_stop(&mut self) -> Option<i32> {
         let r = self.recv().await;
-        signals::ABORTING.contains(&r.signo).then_some(r.signo)
+        signals::STOP_SIGNALS.contains(&r.signo).then_some(r.signo)
     }
 }
 
 /// The next stop signal; the others are passed over.
-async fn next_abort<S: Stops>(stops: &mut S) -> i32 {
+async fn wait_for_stop<S: Stops>(stops: &mut S) -> i32 {
     loop {
         if let Some(sig) = stops.next_stop().await {
             return sig;
@@ -87,7 +87,7 @@ where
         record.fence = lease.fence;
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
         // A signal that arrived while we were acquiring: the job must not start.
-        let turn = match stops.take_abort() {
+        let turn = match stops.take_stop() {
             Some(sig) => {
                 info!(signal = %signals::name(sig), "interrupted before the command started");
                 Turn::Done {
@@ -215,8 +215,8 @@ impl<'a> Waiter<'a> {
     ) -> Result<Lease, Failed> {
         let (spec, holder) = (self.spec, self.holder);
         loop {
-            if let Some(sig) = stops.take_abort() {
-                return Err(self.abort(lock, sig).await);
+            if let Some(sig) = stops.take_stop() {
+                return Err(self.stopped(lock, sig).await);
             }
             if self.waiting {
                 // Before each attempt (a no-op while subscribed): a release between our attempt
@@ -241,12 +241,12 @@ impl<'a> Waiter<'a> {
             // timeout).
             let attempt = tokio::select! {
                 attempt = lock.acquire(spec, holder, self.waiting) => attempt,
-                sig = next_abort(stops) => {
+                sig = wait_for_stop(stops) => {
                     // The attempt may still land on the server: give back, token-checked, what
                     // it may have taken, within a short bound (the key expires by its TTL if
                     // not).
                     let _ = tokio::time::timeout(CLEANUP, lock.give_back(spec, holder)).await;
-                    return Err(self.abort(lock, sig).await);
+                    return Err(self.stopped(lock, sig).await);
                 }
             };
             let remaining = self
@@ -302,7 +302,7 @@ impl<'a> Waiter<'a> {
                 // Any other signal ends the sleep early: the loop looks again at once.
                 sig = stops.next_stop() => {
                     if let Some(sig) = sig {
-                        return Err(self.abort(lock, sig).await);
+                        return Err(self.stopped(lock, sig).await);
                     }
                 }
             }
@@ -320,7 +320,7 @@ impl<'a> Waiter<'a> {
     }
 
     /// A stop signal ended the wait: leave the queue with the run's history entry.
-    async fn abort<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
+    async fn stopped<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
         info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
         let aborted = decide(Course::Aborted(sig));
         if self.waiting {
@@ -561,7 +561,7 @@ mod tests {
 
     use crate::lock::Renew;
 
-    /// One stop signal, `after` the run's start; `quiet`: seen only by `take_abort`, as a
+    /// One stop signal, `after` the run's start; `quiet`: seen only by `take_stop`, as a
     /// signal that arrived while an attempt was finishing.
     #[derive(Default)]
     struct FakeStops {
@@ -584,7 +584,7 @@ mod tests {
     }
 
     impl Stops for FakeStops {
-        fn take_abort(&mut self) -> Option<i32> {
+        fn take_stop(&mut self) -> Option<i32> {
             match self.at {
                 Some((t, _)) if Instant::now() >= t => self.deliver(),
                 _ => None,
@@ -651,7 +651,7 @@ mod tests {
         };
         Course::Ran {
             job,
-            interrupted: false,
+            stop_received: false,
             key_gone: false,
         }
     }

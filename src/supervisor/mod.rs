@@ -333,7 +333,7 @@ impl<'d, P: Processes> Supervision<'d, P> {
         // Not a terminal's Ctrl-C (sent by the kernel): in an interactive session that
         // interrupts what the job is doing, it does not ask the job to go away.
         let interactive = r.from_kernel && r.signo == libc::SIGINT;
-        if signals::ABORTING.contains(&r.signo) && !interactive {
+        if signals::STOP_SIGNALS.contains(&r.signo) && !interactive {
             self.state.stop(
                 Why::Signal(r.signo),
                 KillAt::At(Instant::now() + self.kill_after),
