@@ -17,6 +17,8 @@ use std::path::Path;
 const SCRIPTS: &[(&str, &[&str])] = &[
     ("ACQUIRE", &["prelude", "acquire", "queue", "acquire_queued"]),
     ("RELEASE", &["prelude", "release", "queue", "release_queued"]),
+    ("ACQUIRE_TICK", &["prelude", "queue", "tick", "acquire_tick"]),
+    ("RELEASE_TICK", &["prelude", "queue", "tick", "release_tick"]),
     ("SEM_ACQUIRE", &["prelude", "queue", "sem_acquire"]),
     ("SEM_RELEASE", &["prelude", "queue", "sem_release"]),
     ("LEAVE", &["prelude", "queue", "leave"]),

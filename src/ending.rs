@@ -149,6 +149,28 @@ impl Ending {
             outcome: self.outcome,
             exit_code,
             duration,
+            completes_tick: self.completes_tick(),
+        }
+    }
+
+    /// With `--standby`: whether this run completed its tick, so that no other host runs it
+    /// again; else the tick is handed on to a standby. A job that exited by itself completed
+    /// it, whatever its exit code: it ran, its failure is reported (exit code, history,
+    /// alerts), and running a job that failed again on another host is not what a schedule
+    /// asked for. A job that did not get to its end did not: killed by a signal (the OOM
+    /// killer, an operator's kill), stopped because lockrun was told to stop (a node drained,
+    /// a unit stopped), its lock lost, or never started.
+    pub fn completes_tick(&self) -> bool {
+        match self.course {
+            Course::Ran {
+                job, stop_received, ..
+            } => {
+                matches!(job.status, ExitCode::Command(_))
+                    && matches!(job.stopped, Stopped::No | Stopped::Leftovers)
+                    && !stop_received
+                    && !self.lost
+            }
+            Course::Failed(_) | Course::Skipped { .. } | Course::Aborted(_) => false,
         }
     }
 }
@@ -378,5 +400,58 @@ mod tests {
             leased: false,
         };
         assert_eq!(note(queued), (Outcome::Skipped, None));
+    }
+
+    #[test]
+    fn only_a_job_that_exited_by_itself_with_the_lock_completes_its_tick() {
+        let completes = |course| decide(course).completes_tick();
+        for code in [0, 1, 3, 126] {
+            assert!(completes(ran(
+                job(Command(code), Stopped::No, false),
+                false,
+                false
+            )));
+        }
+        // Its leftovers stopped after it exited: it did exit.
+        assert!(completes(ran(
+            job(Command(0), Stopped::Leftovers, false),
+            false,
+            false
+        )));
+        // Killed by a signal nobody sent through lockrun (the OOM killer, an operator).
+        assert!(!completes(ran(
+            job(Signaled(9), Stopped::No, false),
+            false,
+            false
+        )));
+        // lockrun told to stop: the job exits as it likes, the run did not get to its end.
+        assert!(!completes(ran(
+            job(Command(0), Stopped::Signal, false),
+            true,
+            false
+        )));
+        // The lock lost, seen by the watchdog or at the release.
+        assert!(!completes(ran(
+            job(Command(0), Stopped::No, true),
+            false,
+            false
+        )));
+        assert!(!completes(ran(
+            job(LockLost, Stopped::Lock, true),
+            false,
+            false
+        )));
+        assert!(!completes(ran(
+            job(Command(0), Stopped::No, false),
+            false,
+            true
+        )));
+        // Never started, stopped before the start, skipped.
+        assert!(!completes(Course::Failed(NotFound)));
+        assert!(!completes(Course::Aborted(libc::SIGTERM)));
+        assert!(!completes(Course::Skipped {
+            code: 0,
+            leased: false
+        }));
     }
 }

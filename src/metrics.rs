@@ -44,6 +44,9 @@ pub struct RunRecord {
     pub renewal_failures: u64,
     /// `LOCKRUN_FENCE` of the lease the command ran under; zero when never acquired.
     pub fence: u64,
+    /// With `--standby`, when it acquired: which attempt at its tick this run was (1: the
+    /// tick's first; more: it took the tick over). `None` otherwise.
+    pub attempt: Option<u32>,
     /// The job's schedule period (`--every`).
     pub every: Option<Duration>,
     /// When the job last started under this lock, as this run saw it: its own start of the
@@ -81,6 +84,7 @@ impl RunRecord {
             renewals: 0,
             renewal_failures: 0,
             fence: 0,
+            attempt: None,
             every: None,
             job_started: None,
             job_previous_start: None,
@@ -344,6 +348,13 @@ const SCHEDULE: [Optional; 5] = [
     ),
 ];
 
+/// After [`SCHEDULE`]: written by a `--standby` run that acquired.
+const STANDBY: [Optional; 1] = [(
+    "lockrun_last_run_tick_attempt",
+    "With --standby: which attempt at its tick the last run was (1: the tick's first; 2 or more: it took over a tick that another host did not complete).",
+    |r| r.attempt.map(|a| a.to_string()),
+)];
+
 /// The families after `lockrun_last_run_outcome` (which has a line per outcome), in the order
 /// written.
 const GAUGES: [Gauge; 8] = [
@@ -409,6 +420,7 @@ pub fn render(record: &RunRecord) -> String {
     }
     let known = SCHEDULE
         .iter()
+        .chain(&STANDBY)
         .filter_map(|(name, help, value)| Some((*name, *help, value(record)?)));
     let all = GAUGES
         .iter()
@@ -463,6 +475,7 @@ mod tests {
             renewals: 7,
             renewal_failures: 1,
             fence: 42,
+            attempt: None,
             every: None,
             job_started: None,
             job_previous_start: None,

@@ -60,7 +60,15 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
         return Err(Usage("the command name is empty: nothing to run".into()));
     }
     let hold = hold(args.every, args.min_hold, args.wait)?;
+    let tick = tick(args, hold)?;
     let lock = backend(args)?;
+    if tick.is_some() && matches!(lock, Backend::Quorum(_)) {
+        return Err(Usage(
+            "--standby cannot be used with several Redis masters: a tick's record is kept on \
+             one server (a Sentinel group or a Cluster is one)"
+                .into(),
+        ));
+    }
     Ok(Plan {
         spec: LockSpec {
             key: args.key.clone(),
@@ -68,6 +76,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
             limit: args.limit,
             history: args.history,
             every: args.every,
+            tick,
         },
         command: args.command.clone(),
         wait: args.wait,
@@ -296,6 +305,25 @@ fn hold(
         Some(hold) => Ok(hold),
         None => Ok(hold_for(every)),
     }
+}
+
+/// `--standby`: the length of one tick, the hold of `--every` (or `--min-hold`). Refused
+/// without `--every` (no tick to stand by for) and with `--limit` (a tick is one run).
+fn tick(args: &Args, hold: Duration) -> Result<Option<Duration>, Usage> {
+    if !args.standby {
+        return Ok(None);
+    }
+    if args.every.is_none() {
+        return Err(Usage(
+            "--standby needs --every: standby hosts wait for one tick of the schedule".into(),
+        ));
+    }
+    if args.limit.is_some() {
+        return Err(Usage(
+            "--standby cannot be used with --limit: a tick is run once, by one host".into(),
+        ));
+    }
+    Ok(Some(hold))
 }
 
 /// How long the key stays after the acquire when the job is quicker: for `--every P`, P less a

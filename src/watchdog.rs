@@ -246,6 +246,7 @@ mod tests {
                 pid: 1,
             },
             fence: 1,
+            attempt: 1,
             sent_at: now,
             confirmed_at: now,
             readings: Vec::new(),
@@ -397,6 +398,7 @@ mod tests {
                 limit: None,
                 history: 0,
                 every: None,
+                tick: None,
             };
             let mut lock = Drifting(Cell::new(None));
             let d = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), ms(10_000));

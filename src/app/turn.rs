@@ -85,6 +85,11 @@ where
         };
         let acquired_at = Instant::now();
         record.fence = lease.fence;
+        record.attempt = spec.tick.map(|_| lease.attempt);
+        if lease.attempt > 1 {
+            warn!(key = %spec.key, attempt = lease.attempt,
+                  "the host that took this tick did not complete it; running it here");
+        }
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
         // A signal that arrived while we were acquiring: the job must not start.
         let turn = match stops.take_stop() {
@@ -163,8 +168,10 @@ const CLEANUP: Duration = Duration::from_secs(1);
 pub(super) struct Waiter<'a> {
     spec: &'a LockSpec,
     holder: &'a Holder,
-    /// A wait was asked for (not `--wait 0`): queue, and retry an outage.
+    /// A wait was asked for (not `--wait 0`), or `--standby`: queue, and retry an outage.
     waiting: bool,
+    /// `--standby`: the wait is for the tick under way, as long as the server says it lasts.
+    standby: bool,
     /// When the wait ends; `None`: never.
     until: Option<Instant>,
     /// The run's start, for the history entries' durations.
@@ -188,10 +195,14 @@ impl<'a> Waiter<'a> {
         Waiter {
             spec,
             holder,
-            waiting: !wait.is_zero(),
-            until: match wait {
-                Wait::For(d) => Some(Instant::now() + d),
-                Wait::Forever => None,
+            waiting: !wait.is_zero() || spec.tick.is_some(),
+            standby: spec.tick.is_some(),
+            // A standby's wait never outlasts a tick (`--every` goes without `--wait`); each
+            // reply then says how much of the tick is left (`stand_by`).
+            until: match (spec.tick, wait) {
+                (Some(tick), _) => Some(Instant::now() + tick),
+                (None, Wait::For(d)) => Some(Instant::now() + d),
+                (None, Wait::Forever) => None,
             },
             started,
             conflict_exit_code,
@@ -249,15 +260,30 @@ impl<'a> Waiter<'a> {
                     return Err(self.stopped(lock, sig).await);
                 }
             };
+            if let Ok(Acquire::Held { tick_left, .. }) = &attempt {
+                self.stand_by(*tick_left);
+            }
             let remaining = self
                 .until
                 .map(|d| d.saturating_duration_since(Instant::now()));
             let sleep = match attempt {
                 Ok(Acquire::Acquired(lease)) => return Ok(lease),
+                Ok(Acquire::TickEnded { completed }) => {
+                    let skipped = decide(self.skipped(false));
+                    let note = self.note(&skipped);
+                    self.leave(lock, Some(&note)).await;
+                    if completed {
+                        info!(key = %spec.key, "this tick completed on another host; skipping");
+                    } else {
+                        info!(key = %spec.key, "this tick is over; skipping");
+                    }
+                    return Err(Failed::Conflict(skipped, None));
+                }
                 Ok(Acquire::Held {
                     holder: other,
                     pttl,
                     rank,
+                    ..
                 }) => {
                     let stale = self.stale(&other, pttl);
                     // Host, pid and start time only: the value's first word names the holder
@@ -276,7 +302,12 @@ impl<'a> Waiter<'a> {
                               "redis lock already acquired");
                         return Err(Failed::Conflict(skipped, holder_started));
                     }
-                    if !std::mem::replace(&mut self.announced, true) {
+                    if std::mem::replace(&mut self.announced, true) {
+                    } else if self.standby {
+                        let left = remaining.map(|d| Human(d).to_string());
+                        info!(key = %spec.key, holder = other, tick_left = left.as_deref().unwrap_or("none"),
+                              "redis lock already acquired; standing by for the rest of this tick");
+                    } else {
                         info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
                     }
                     let sleep = next_look(pttl, rank);
@@ -307,6 +338,17 @@ impl<'a> Waiter<'a> {
                 }
             }
         }
+    }
+
+    /// With `--standby`, the wait lasts as long as the tick the server says it stands by for
+    /// (`tick_left`); an attempt that is not standing by (the lock held by a run of an earlier
+    /// tick) ends the wait now, skipped as without `--standby`.
+    fn stand_by(&mut self, tick_left: Option<Duration>) {
+        if !self.standby {
+            return;
+        }
+        let end = Instant::now() + tick_left.unwrap_or_default();
+        self.until = Some(self.until.map_or(end, |until| until.min(end)));
     }
 
     /// Whether the lock is still held by `holder`, the holder the last look found, after the
@@ -514,6 +556,7 @@ mod tests {
                     holder: None,
                     pttl: *pttl,
                     rank: *rank,
+                    tick_left: None,
                 }),
                 Answer::Fail(e) => Err(e()),
             }
@@ -620,6 +663,7 @@ mod tests {
             limit: None,
             history: 100,
             every: None,
+            tick: None,
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         let began = Instant::now();
@@ -919,12 +963,14 @@ mod tests {
             limit: None,
             history: 0,
             every: None,
+            tick: None,
         };
         let lease = Lease::phantom(&Holder::new(std::ffi::OsStr::new("job")));
         let note = Note {
             outcome,
             exit_code: Some(0),
             duration: Duration::ZERO,
+            completes_tick: false,
         };
         release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await
     }

@@ -98,6 +98,19 @@ pub struct Args {
           allow_hyphen_values = true, hide_env_values = true, help_heading = LOCK)]
     pub every: Option<Duration>,
 
+    /// With --every: stay ready to run this tick if the host that took it cannot finish it
+    ///
+    /// A host that finds the tick taken does not skip at once: it stands by for the rest of the
+    /// tick (until the hold of --every ends), and exits as skipped (-E) once the run completes
+    /// there. If that run cannot complete (its host gone or cut off until its lease expires,
+    /// lockrun stopped, the job killed by a signal, the command not startable), one standby
+    /// takes the lock and runs the job in the same tick. A job that exits by itself, whatever
+    /// its exit code, completes the tick. Use it on every host of the job; one Redis server
+    /// (or Sentinel group, or Cluster); not with --limit.
+    #[arg(long, env = "LOCKRUN_STANDBY", value_parser = parse_switch, hide_env_values = true,
+          help_heading = LOCK, hide_short_help = true)]
+    pub standby: bool,
+
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
     /// (at most 30d); the low-level knob behind --every, which it overrides (it must then be
     /// shorter than the period)

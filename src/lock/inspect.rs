@@ -82,10 +82,11 @@ impl RedisLock {
             limit: None,
             history,
             every: None,
+            tick: None,
         };
         let request = ForceReleaseRequest {
             key,
-            history: history_args(&spec, operator, None, Some(note)),
+            history: history_args(&spec, operator, None, 1, Some(note)),
             publish: self.publish(),
         };
         let reply = self.eval(&request.call()).await?;

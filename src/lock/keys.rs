@@ -21,6 +21,8 @@ pub(super) struct Keys {
     pub(super) channel: String,
     /// The run history stream (`lockrun history`).
     pub(super) history: String,
+    /// The tick record of `--standby` (see tick.lua).
+    pub(super) tick: String,
 }
 
 impl Keys {
@@ -31,6 +33,7 @@ impl Keys {
             tickets: helper_key(key, "tickets"),
             channel: wake_channel(key),
             history: helper_key(key, "history"),
+            tick: helper_key(key, "tick"),
         }
     }
 }
@@ -38,11 +41,13 @@ impl Keys {
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
 /// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never
-/// the token.
+/// the token. `attempt`: a `--standby` run that took its tick over (2 or more) says which
+/// attempt at the tick it was.
 pub(super) fn history_args(
     spec: &LockSpec,
     holder: &Holder,
     fence: Option<u64>,
+    attempt: u32,
     note: Option<&Note>,
 ) -> Vec<String> {
     let Some(note) = note.filter(|_| spec.history > 0) else {
@@ -69,6 +74,9 @@ pub(super) fn history_args(
     }
     if let Some(every) = spec.every {
         args.extend(["every_ms".into(), every.as_millis().to_string()]);
+    }
+    if attempt > 1 {
+        args.extend(["attempt".into(), attempt.to_string()]);
     }
     args
 }

@@ -54,6 +54,9 @@ pub struct LockSpec {
     pub history: u32,
     /// The job's schedule period (`--every`), recorded with each run's history entry.
     pub every: Option<Duration>,
+    /// `--standby`: the length of one tick (`--every`'s hold). Every attempt is for the tick
+    /// under way: standbys wait for it to complete, and take it over when its holder cannot.
+    pub tick: Option<Duration>,
 }
 
 /// How a run ended, as its entry in the key's history says (`lockrun history`).
@@ -96,6 +99,9 @@ pub struct Note {
     pub exit_code: Option<i32>,
     /// From lockrun's start (waiting included) to the end of the run.
     pub duration: Duration,
+    /// With `--standby`: the run completed its tick (see [`crate::ending::Ending::completes_tick`]);
+    /// a release without it hands the tick on.
+    pub completes_tick: bool,
 }
 
 /// A lock we hold.
@@ -113,6 +119,9 @@ pub struct Lease {
     /// The server's clock as the acquire read it (one per Redlock master that granted it), for
     /// the watchdog's measure of our clock's rate ([`crate::clock_rate`]).
     pub readings: Vec<Reading>,
+    /// With `--standby`: which attempt at the tick this lease is (1: the tick's first; more: it
+    /// took the tick over from an attempt that did not complete it). 1 otherwise.
+    pub attempt: u32,
 }
 
 impl Lease {
@@ -126,6 +135,7 @@ impl Lease {
             sent_at: now,
             confirmed_at: now,
             readings: Vec::new(),
+            attempt: 1,
         }
     }
 }
@@ -141,6 +151,15 @@ pub enum Acquire {
         pttl: Option<Duration>,
         /// Our place in the waiter queue (0: next), when we queued.
         rank: Option<u64>,
+        /// With `--standby`: this attempt stands by for the tick under way, which ends this
+        /// much later. `None`: not this attempt's to stand by for (held by a run of an earlier
+        /// tick), or not a tick at all.
+        tick_left: Option<Duration>,
+    },
+    /// With `--standby`: the tick completed elsewhere (`completed`), or the tick this attempt
+    /// stood by for is over. The run ends, skipped.
+    TickEnded {
+        completed: bool,
     },
 }
 

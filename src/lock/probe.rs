@@ -83,6 +83,7 @@ impl RedisLock {
             limit: None,
             history: 0,
             every: None,
+            tick: None,
         };
         let holder = Holder::new(std::ffi::OsStr::new("lockrun-doctor"));
         self.evalsha = true;
@@ -117,7 +118,7 @@ impl RedisLock {
     async fn cycle(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
         let lease = match self.acquire(spec, holder, false).await? {
             Acquire::Acquired(lease) => lease,
-            Acquire::Held { .. } => {
+            Acquire::Held { .. } | Acquire::TickEnded { .. } => {
                 return Err(self.error(Kind::Misuse(Misuse::ProbeKeyHeld {
                     key: spec.key.clone(),
                 })))

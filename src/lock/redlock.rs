@@ -288,6 +288,9 @@ impl LockService for Redlock {
                 Acquire::Held { holder, pttl, .. } => {
                     held.get_or_insert((holder, pttl));
                 }
+                // `--standby` is refused with several masters (`plan::resolve`): no tick is
+                // asked for here, and no master answers one.
+                Acquire::TickEnded { .. } => {}
             }
         }
         let elapsed = confirmed_at - sent_at;
@@ -311,6 +314,7 @@ impl LockService for Redlock {
                     sent_at,
                     confirmed_at,
                     readings,
+                    attempt: 1,
                 }));
             }
         }
@@ -344,6 +348,7 @@ impl LockService for Redlock {
                 holder,
                 pttl,
                 rank: None,
+                tick_left: None,
             });
         }
         self.outage = true;

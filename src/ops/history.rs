@@ -1,5 +1,6 @@
 //! `lockrun history KEY`: the key's last runs, newest first, from the stream the lock scripts
-//! append to (`--history`): when, which host and pid, fence, outcome, exit code, duration.
+//! append to (`--history`): when, which host and pid, fence, outcome, exit code, duration
+//! (and, with `--standby`, which attempt at its tick a run was).
 
 use super::{ask_all, print_json, rough};
 use crate::exit_codes::ExitCode;
@@ -79,6 +80,7 @@ fn document(e: &Entry) -> serde_json::Value {
         "exit_code": number(e, "exit_code"),
         "duration_ms": number(e, "duration_ms"),
         "every_ms": number(e, "every_ms"),
+        "attempt": number(e, "attempt"),
     })
 }
 
@@ -95,9 +97,15 @@ fn table(entries: &[Entry]) -> String {
             .get("duration_ms")
             .and_then(|d| d.parse().ok())
             .map_or("-".into(), |ms| rough(Duration::from_millis(ms)));
+        // With --standby, an attempt at a tick after its first: a takeover (or the attempt it
+        // took over from, recorded lost).
+        let outcome = match e.get("attempt") {
+            Some(_) => format!("{} (attempt {})", field("outcome"), field("attempt")),
+            None => field("outcome"),
+        };
         lines.push([
             utc::format(e.time_ms / 1000),
-            field("outcome"),
+            outcome,
             field("exit_code"),
             duration,
             field("host"),

@@ -26,6 +26,7 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
         outcome: Outcome::Released,
         exit_code: None,
         duration: Duration::ZERO,
+        completes_tick: false,
     };
     let deleted = ask_all(nodes, async |node: &mut RedisLock| {
         node.force_release(key, HISTORY, &operator, &note).await

@@ -33,6 +33,7 @@ mod schedule;
 mod secrets;
 mod sentinel;
 mod server_refusals;
+mod standby;
 pub(crate) mod supervision;
 mod token_secrecy;
 mod unowned_keys;

@@ -66,8 +66,14 @@ impl LockService for RedisLock {
             limit: spec.limit,
             // The history cap, read only when this attempt ends the run (not queueing, lock
             // held): the script composes that "skipped" entry from the holder value.
-            history: if queue { 0 } else { spec.history },
+            // A tick's script writes only the entry of an earlier attempt that never released.
+            history: if queue && spec.tick.is_none() {
+                0
+            } else {
+                spec.history
+            },
             publish: self.publish(),
+            tick: spec.tick,
         };
         let sent_at = Instant::now();
         self.unsettled = true;
@@ -79,6 +85,7 @@ impl LockService for RedisLock {
             sent_at,
             confirmed_at,
             readings: Vec::new(),
+            attempt: 1,
         };
         let decoded = match AcquireReply::decode(reply) {
             Ok(decoded) => decoded,
@@ -178,7 +185,7 @@ impl LockService for RedisLock {
             key: &spec.key,
             id: &holder.id,
             limit: spec.limit,
-            history: history_args(spec, holder, None, note),
+            history: history_args(spec, holder, None, 1, note),
             publish: self.publish(),
         };
         // Its reply changes nothing for the waiter that leaves (see `LeaveReply`): a queue
@@ -224,14 +231,30 @@ impl RedisLock {
         reply: AcquireReply,
     ) -> Result<Acquire, LockError> {
         Ok(match reply {
-            AcquireReply::Acquired { fence, server_us } => Acquire::Acquired(Lease {
+            AcquireReply::Acquired {
+                fence,
+                server_us,
+                attempt,
+            } => Acquire::Acquired(Lease {
                 fence,
                 readings: server_us.map_or_else(Vec::new, |us| {
                     reading(us, lease.sent_at, lease.confirmed_at)
                 }),
+                attempt: attempt.unwrap_or(1).max(1),
                 ..lease
             }),
-            AcquireReply::Held { pttl, holder, rank } => Acquire::Held { holder, pttl, rank },
+            AcquireReply::Held {
+                pttl,
+                holder,
+                rank,
+                tick_left,
+            } => Acquire::Held {
+                holder,
+                pttl,
+                rank,
+                tick_left: tick_left.filter(|_| spec.tick.is_some()),
+            },
+            AcquireReply::TickEnded { completed } => Acquire::TickEnded { completed },
             AcquireReply::Refused(refusal) => {
                 let misuse = refusal.misuse(&spec.key, spec.limit);
                 return Err(self.error(Kind::Misuse(misuse)));
@@ -255,8 +278,9 @@ impl RedisLock {
             value: &lease.holder.value,
             keep: keep_for,
             semaphore: spec.limit.is_some(),
-            history: history_args(spec, &lease.holder, fence, note),
+            history: history_args(spec, &lease.holder, fence, lease.attempt, note),
             publish: self.publish(),
+            tick: spec.tick.map(|_| note.is_some_and(|n| n.completes_tick)),
         };
         let (reply, acked) = self
             // Behind Sentinel on the primary named now: "released" means deleted where the
@@ -298,6 +322,7 @@ mod tests {
             limit,
             history: 0,
             every: None,
+            tick: None,
         }
     }
 
@@ -313,6 +338,7 @@ mod tests {
         let reply = AcquireReply::Acquired {
             fence: 42,
             server_us: Some(1_000_000),
+            attempt: None,
         };
         let lease = lease();
         let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
@@ -329,6 +355,7 @@ mod tests {
             let reply = AcquireReply::Acquired {
                 fence: 1,
                 server_us,
+                attempt: None,
             };
             let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
             else {
@@ -344,9 +371,13 @@ mod tests {
             pttl: Some(Duration::from_millis(900)),
             holder: Some("x host=h".into()),
             rank: Some(1),
+            tick_left: None,
         };
         let got = new_lock().acquired(&spec(None), lease(), reply);
-        let Ok(Acquire::Held { holder, pttl, rank }) = got else {
+        let Ok(Acquire::Held {
+            holder, pttl, rank, ..
+        }) = got
+        else {
             panic!("not held")
         };
         assert_eq!(holder.as_deref(), Some("x host=h"));

@@ -1,7 +1,7 @@
 //! acquire.lua (a lock) and sem_acquire.lua (a semaphore): one request, one reply, since both
 //! answer alike.
 
-use super::{as_int, as_string, Request, Script, ACQUIRE, SEM_ACQUIRE};
+use super::{as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE};
 use crate::lock::failure::Misuse;
 use crate::lock::keys::Keys;
 use redis::Value;
@@ -23,26 +23,33 @@ pub struct AcquireRequest<'a> {
     pub history: u32,
     /// The command that publishes a release hint (see `scripts::publish_command`).
     pub publish: &'static str,
+    /// `--standby`: the attempt is for one tick of this length (acquire_tick.lua).
+    pub tick: Option<Duration>,
 }
 
 impl Request for AcquireRequest<'_> {
     fn script(&self) -> &'static Script {
-        match self.limit {
-            None => &ACQUIRE,
-            Some(_) => &SEM_ACQUIRE,
+        match (self.limit, self.tick) {
+            (Some(_), _) => &SEM_ACQUIRE,
+            (None, Some(_)) => &ACQUIRE_TICK,
+            (None, None) => &ACQUIRE,
         }
     }
 
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
-    /// KEYS[5] history.
+    /// KEYS[5] history; for a tick, KEYS[6] its record.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.fence, k.queue, k.tickets, k.history]
+        let mut keys = vec![self.key.into(), k.fence, k.queue, k.tickets, k.history];
+        if self.tick.is_some() {
+            keys.push(k.tick);
+        }
+        keys
     }
 
     /// ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms (0: none);
     /// a semaphore's ARGV[5] limit, ARGV[6] wake channel, ARGV[7] publish command; then the
-    /// history cap.
+    /// history cap; for a tick, then the tick's length in ms.
     fn args(&self) -> Vec<String> {
         let ticket = self.ticket.map_or(0, |t| t.as_millis());
         let mut args = vec![
@@ -59,6 +66,9 @@ impl Request for AcquireRequest<'_> {
             ]);
         }
         args.push(self.history.to_string());
+        if let Some(tick) = self.tick {
+            args.push(tick.as_millis().to_string());
+        }
         args
     }
 }
@@ -67,9 +77,15 @@ impl Request for AcquireRequest<'_> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireReply {
     /// `{1, fence, server clock in µs}`: acquired (the clock is absent from a script older
-    /// than the reading of it).
-    Acquired { fence: u64, server_us: Option<i64> },
-    /// `{0, pttl, holder, rank}`: held (or promised to a queued waiter).
+    /// than the reading of it); for a tick, `{1, fence, clock, attempt}`.
+    Acquired {
+        fence: u64,
+        server_us: Option<i64>,
+        /// For a tick: which attempt at it this is (1: the tick's first; more: a takeover).
+        attempt: Option<u32>,
+    },
+    /// `{0, pttl, holder, rank}`: held (or promised to a queued waiter); for a tick a fifth
+    /// item, what is left of it, says this attempt stands by for it.
     Held {
         /// What is left of the lease; `None` for a key without expiry (PTTL -1, set by hand)
         /// and for a lock that is free but promised to a queued waiter (-2): no lease end to
@@ -78,7 +94,12 @@ pub enum AcquireReply {
         holder: Option<String>,
         /// Our place in the queue.
         rank: Option<u64>,
+        /// Standing by for a tick, which ends this much later.
+        tick_left: Option<Duration>,
     },
+    /// `{2, 'done'}`: the tick completed elsewhere; `{2, 'over'}`: the tick this attempt stood
+    /// by for has ended.
+    TickEnded { completed: bool },
     /// `{-1, type}` or `{-2, helper key}`: refused, nothing written.
     Refused(Refusal),
 }
@@ -104,11 +125,20 @@ impl AcquireReply {
             (Some(Value::Int(1)), Some(Value::Int(fence))) => AcquireReply::Acquired {
                 fence: *fence as u64,
                 server_us: as_int(items.get(2)),
+                attempt: as_int(items.get(3)).and_then(|a| u32::try_from(a).ok()),
             },
             (Some(Value::Int(0)), Some(Value::Int(pttl))) => AcquireReply::Held {
                 pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 holder: items.get(2).and_then(as_string),
                 rank: as_int(items.get(3)).and_then(|r| u64::try_from(r).ok()),
+                tick_left: as_int(items.get(4))
+                    .and_then(|r| u64::try_from(r).ok())
+                    .map(Duration::from_millis),
+            },
+            (Some(Value::Int(2)), Some(end)) => match as_string(end).as_deref() {
+                Some("done") => AcquireReply::TickEnded { completed: true },
+                Some("over") => AcquireReply::TickEnded { completed: false },
+                _ => return Err(Value::Array(items)),
             },
             (Some(Value::Int(-1)), Some(kind)) => AcquireReply::Refused(Refusal::Misused {
                 kind: as_string(kind).unwrap_or_default(),
@@ -162,6 +192,7 @@ mod tests {
             limit,
             history: 7,
             publish: "PUBLISH",
+            tick: None,
         }
     }
 
@@ -214,13 +245,15 @@ mod tests {
             got,
             Ok(AcquireReply::Acquired {
                 fence: 42,
-                server_us: Some(7_000)
+                server_us: Some(7_000),
+                attempt: None,
             })
         );
         let got = decode(vec![Value::Int(1), Value::Int(42)]);
         let want = AcquireReply::Acquired {
             fence: 42,
             server_us: None,
+            attempt: None,
         };
         assert_eq!(got, Ok(want.clone()));
         // A clock that is not an integer is no clock.
@@ -244,6 +277,7 @@ mod tests {
                 pttl: Some(Duration::from_millis(900)),
                 holder: Some("x host=h".into()),
                 rank: Some(2),
+                tick_left: None,
             })
         );
         for pttl in [-1, -2] {
@@ -271,9 +305,71 @@ mod tests {
             Ok(AcquireReply::Held {
                 pttl: Some(Duration::from_millis(5)),
                 holder: None,
-                rank: None
+                rank: None,
+                tick_left: None,
             })
         );
+    }
+
+    #[test]
+    fn a_tick_sends_its_record_and_length_after_the_cap() {
+        let tick = AcquireRequest {
+            tick: Some(Duration::from_secs(54)),
+            ..request(None, Some(Duration::from_secs(3)))
+        };
+        let call = tick.call();
+        let (sent, _) = run(&call, Value::Nil);
+        let mut keys = KEYS.to_vec();
+        keys.push("lockrun:tick:{job}");
+        let args = ["abc host=h pid=1", "1500", "abc", "3000", "7", "54000"];
+        assert_eq!(sent, evalsha(&call, &keys, &args));
+        assert_eq!(call.script.sha(), ACQUIRE_TICK.sha());
+    }
+
+    #[test]
+    fn a_ticks_replies_say_the_attempt_the_time_left_and_how_it_ended() {
+        let got = decode(vec![
+            Value::Int(1),
+            Value::Int(42),
+            Value::Int(7),
+            Value::Int(2),
+        ]);
+        assert_eq!(
+            got,
+            Ok(AcquireReply::Acquired {
+                fence: 42,
+                server_us: Some(7),
+                attempt: Some(2),
+            })
+        );
+        let got = decode(vec![
+            Value::Int(0),
+            Value::Int(900),
+            bulk("x host=h"),
+            Value::Int(0),
+            Value::Int(50_000),
+        ]);
+        assert_eq!(
+            got,
+            Ok(AcquireReply::Held {
+                pttl: Some(Duration::from_millis(900)),
+                holder: Some("x host=h".into()),
+                rank: Some(0),
+                tick_left: Some(Duration::from_secs(50)),
+            })
+        );
+        let ended = |word: &str| decode(vec![Value::Int(2), bulk(word)]);
+        assert_eq!(
+            ended("done"),
+            Ok(AcquireReply::TickEnded { completed: true })
+        );
+        assert_eq!(
+            ended("over"),
+            Ok(AcquireReply::TickEnded { completed: false })
+        );
+        // Anything else after a 2 is none of the script's replies.
+        assert!(ended("later").is_err());
+        assert!(decode(vec![Value::Int(2), Value::Int(1)]).is_err());
     }
 
     #[test]

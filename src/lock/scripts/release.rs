@@ -1,6 +1,6 @@
 //! release.lua (a lock) and sem_release.lua (a semaphore): one request, one reply.
 
-use super::{Request, Script, RELEASE, SEM_RELEASE};
+use super::{Request, Script, RELEASE, RELEASE_TICK, SEM_RELEASE};
 use crate::lock::keys::Keys;
 use redis::Value;
 use std::time::Duration;
@@ -18,28 +18,39 @@ pub struct ReleaseRequest<'a> {
     pub history: Vec<String>,
     /// The command that publishes a release hint (see `scripts::publish_command`).
     pub publish: &'static str,
+    /// `--standby` (release_tick.lua): whether the run completed its tick (else the tick is
+    /// handed on). `keep` is not used: the tick's record keeps the tick.
+    pub tick: Option<bool>,
 }
 
 impl Request for ReleaseRequest<'_> {
     fn script(&self) -> &'static Script {
-        if self.semaphore {
-            &SEM_RELEASE
-        } else {
-            &RELEASE
+        match (self.semaphore, self.tick) {
+            (true, _) => &SEM_RELEASE,
+            (false, Some(_)) => &RELEASE_TICK,
+            (false, None) => &RELEASE,
         }
     }
 
-    /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history.
+    /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history; for a tick,
+    /// KEYS[5] its record.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.queue, k.tickets, k.history]
+        let mut keys = vec![self.key.into(), k.queue, k.tickets, k.history];
+        if self.tick.is_some() {
+            keys.push(k.tick);
+        }
+        keys
     }
 
-    /// ARGV[1] holder value, ARGV[2] ms to keep, ARGV[3] wake channel, ARGV[4] publish
-    /// command, ARGV[5..] the history entry.
+    /// ARGV[1] holder value, ARGV[2] ms to keep (for a tick: 1 completed, 0 handed on),
+    /// ARGV[3] wake channel, ARGV[4] publish command, ARGV[5..] the history entry.
     fn args(&self) -> Vec<String> {
         // Round up: keeping a millisecond too long is harmless, too short is not.
-        let keep = self.keep.as_micros().div_ceil(1000);
+        let keep = match self.tick {
+            Some(completed) => u128::from(completed),
+            None => self.keep.as_micros().div_ceil(1000),
+        };
         let mut args = vec![
             self.value.into(),
             keep.to_string(),
@@ -87,6 +98,37 @@ mod tests {
             semaphore,
             history: vec!["5".into(), "outcome".into(), "ran".into()],
             publish: "SPUBLISH",
+            tick: None,
+        }
+    }
+
+    #[test]
+    fn a_tick_sends_its_record_and_whether_it_completed() {
+        for (completed, flag) in [(true, "1"), (false, "0")] {
+            let call = ReleaseRequest {
+                tick: Some(completed),
+                ..request(false, Duration::from_secs(9))
+            }
+            .call();
+            let (sent, _) = run(&call, Value::Int(1));
+            let keys = [
+                "job",
+                "lockrun:waiters:{job}",
+                "lockrun:tickets:{job}",
+                "lockrun:history:{job}",
+                "lockrun:tick:{job}",
+            ];
+            let args = [
+                "abc host=h pid=1",
+                flag,
+                "lockrun:wake:{job}",
+                "SPUBLISH",
+                "5",
+                "outcome",
+                "ran",
+            ];
+            assert_eq!(sent, evalsha(&call, &keys, &args));
+            assert_eq!(call.script.sha(), RELEASE_TICK.sha());
         }
     }
 

@@ -1,0 +1,73 @@
+-- Acquire for one tick of a `--every` job with `--standby`, after prelude.lua, queue.lua and
+-- tick.lua. The first attempt of a tick takes the lock and opens the tick's record; later
+-- attempts of the same tick stand by in the waiter queue while the lock is held, take the
+-- lock over (the next attempt of the tick) when the holder is gone before the tick completed,
+-- and end their run when it completed or the tick is over.
+-- KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
+-- history, KEYS[6] tick record
+-- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] history
+-- cap (for the entry of an attempt that never released, see below; an attempt that ends its run
+-- here leaves the queue with its own entry), ARGV[6] tick ms (how long a tick lasts from its
+-- first acquire: `--every`'s hold)
+-- Returns {1, fence, server clock in µs, attempt} acquired (attempt 1 opened the tick) |
+-- {0, pttl, holder, rank, tick ms left} standing by | {0, pttl, holder} held by a run of an
+-- earlier tick: not this tick's to stand by for | {2, 'done' | 'over'} the tick completed, or
+-- ended, elsewhere | {-1, type} | {-2, helper key} as acquire.lua.
+local refused, kind, counter, us, now = preflight('string')
+if refused then return refused end
+local spoiled = get_or_wrongtype(KEYS[6])
+if spoiled ~= false and not read_tick(KEYS[6]) then return {-2, KEYS[6]} end
+prune_queue(KEYS[3], KEYS[4], now)
+local current = false
+if kind == 'string' then current = redis.call('GET', KEYS[1]) end
+local tick = read_tick(KEYS[6])
+
+local function take(attempt)
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us, attempt}
+end
+
+if current == ARGV[1] then
+  -- Our own earlier attempt succeeded but its reply was lost: still ours.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  dequeue(KEYS[3], KEYS[4], ARGV[3])
+  return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us, tick and tick.attempt or 1}
+end
+
+-- A waiter queued before this tick started (or with no tick under way) stood by for a tick that
+-- has ended: the next one is not its own. Queue scores and tick starts are both the server's
+-- clock in ms.
+local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
+if queued and (not tick or tonumber(queued) < tonumber(tick.start)) then return {2, 'over'} end
+if not tick then
+  if current then return {0, redis.call('PTTL', KEYS[1]), current} end
+  redis.call('SET', KEYS[6], 'open ' .. string.format('%d', now) .. ' 1 ' .. ARGV[1], 'PX', ARGV[6])
+  return take(1)
+end
+if tick.state == 'done' then return {2, 'done'} end
+local ticket = tonumber(ARGV[4])
+if not current and rank(KEYS[3], ARGV[3]) == 0 then
+  -- The tick is not done and nobody holds it: the attempt under way ended without completing
+  -- it (its holder handed it on, or is gone and its lease expired). An attempt that never
+  -- released is recorded as lost: nothing else will write its history.
+  if tick.holder ~= '' then
+    local id, host, pid = string.match(tick.holder, '^(%S+) host=(%S*) pid=(%d+)')
+    local cap = tonumber(ARGV[5])
+    if id and cap and cap > 0 then
+      append(KEYS[5], cap, {'outcome', 'lost', 'host', host, 'pid', pid, 'id', id,
+        'duration_ms', string.format('%d', now - tonumber(tick.start)),
+        'attempt', string.format('%d', tick.attempt)}, true)
+    end
+  end
+  tick.attempt = tick.attempt + 1
+  tick.holder = ARGV[1]
+  write_tick(KEYS[6], tick)
+  return take(tick.attempt)
+end
+enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket)
+local left = redis.call('PTTL', KEYS[6])
+if current then
+  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3]), left}
+end
+return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3]), left}

@@ -1,0 +1,386 @@
+//! `--standby`: hosts that find the tick taken stand by for the rest of it, exit as skipped
+//! once the run completes there, and take the tick over (a higher fence, the same tick) when
+//! the run that took it cannot complete it: its host gone, its job killed. A job that exits by
+//! itself, whatever its code, completes the tick; a host firing late never runs a completed
+//! tick again.
+
+use crate::support::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A host of the fleet: `lockrun --standby -E 0 --every <every> KEY -- sh -c <job>`, its job
+/// appending `<name> <fence>` to `ran` when it starts, then running `rest`.
+fn host(redis: &Server, dir: &Path, name: &str, every: &str, ttl: &str, rest: &str) -> Background {
+    host_with(redis, dir, name, every, ttl, rest, &[])
+}
+
+/// [`host`] with more options.
+fn host_with(
+    redis: &Server,
+    dir: &Path,
+    name: &str,
+    every: &str,
+    ttl: &str,
+    rest: &str,
+    more: &[&str],
+) -> Background {
+    let ran = dir.join("ran");
+    let job = format!(
+        "echo \"{name} $LOCKRUN_FENCE\" >> '{}'; echo $$ > '{}'; {rest}",
+        ran.display(),
+        dir.join(format!("{name}.job")).display()
+    );
+    let mut cmd = Lockrun::on(redis);
+    cmd.args(more);
+    cmd.args([
+        "--standby",
+        "-E",
+        "0",
+        "--ttl",
+        ttl,
+        "--every",
+        every,
+        "tick",
+        "--",
+        "sh",
+        "-c",
+        &job,
+    ]);
+    cmd.background(dir, name)
+}
+
+/// The runs so far: `(host, fence)` in the order they started.
+fn runs(dir: &Path) -> Vec<(String, u64)> {
+    lines(&dir.join("ran"))
+        .iter()
+        .map(|l| {
+            let (h, f) = l.split_once(' ').unwrap();
+            (h.to_string(), f.parse().unwrap())
+        })
+        .collect()
+}
+
+fn history(redis: &Server) -> Vec<serde_json::Value> {
+    let mut cmd = Lockrun::on(redis);
+    cmd.args(["history", "--json", "tick"]);
+    let out = run(cmd);
+    let v: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let mut runs = v.as_array().unwrap().clone();
+    runs.reverse();
+    runs
+}
+
+fn outcomes(redis: &Server) -> Vec<(String, Option<i64>)> {
+    history(redis)
+        .iter()
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap().to_string(),
+                r["attempt"].as_i64(),
+            )
+        })
+        .collect()
+}
+
+/// The process id a host's job wrote.
+fn job_pid(dir: &Path, name: &str) -> u32 {
+    let path = dir.join(format!("{name}.job"));
+    wait_for_file(&path);
+    eventually("the job's pid", || !lines(&path).is_empty());
+    lines(&path)[0].parse().unwrap()
+}
+
+/// Every one of `hosts` is standing by: running, and said so.
+fn standing_by(hosts: &[&Background]) {
+    for h in hosts {
+        eventually("a standby", || {
+            h.stderr().contains("standing by for the rest of this tick")
+        });
+    }
+}
+
+#[test]
+fn a_completed_tick_ends_every_standby_as_skipped() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut a = host(&redis, dir.path(), "a", "1m", "10s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
+    let c = host(&redis, dir.path(), "c", "1m", "10s", "true");
+    standing_by(&[&b, &c]);
+    std::fs::write(&go, "").unwrap();
+    let t = Instant::now();
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(0), "{err}");
+    for h in [b, c] {
+        let (code, out, err) = h.finish();
+        assert_eq!(code, Some(0), "skipped with -E 0: {err}");
+        assert_eq!(out, "");
+        assert!(
+            err.contains("this tick completed on another host; skipping"),
+            "{err}"
+        );
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "the standbys were woken: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(runs(dir.path()).len(), 1, "one run: {:?}", runs(dir.path()));
+    let mut outcomes = outcomes(&redis);
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("ran".into(), None),
+            ("skipped".into(), None),
+            ("skipped".into(), None)
+        ]
+    );
+    // A host firing late for the same tick finds it done at once.
+    let late = host(&redis, dir.path(), "late", "1m", "10s", "true");
+    let (code, _, err) = late.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        runs(dir.path()).len(),
+        1,
+        "a completed tick is never run again"
+    );
+}
+
+#[test]
+fn a_job_that_fails_completes_its_tick() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut a = host(
+        &redis,
+        dir.path(),
+        "a",
+        "1m",
+        "10s",
+        &format!("{}; exit 3", wait_for_go(&go)),
+    );
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
+    standing_by(&[&b]);
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(3));
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        runs(dir.path()).len(),
+        1,
+        "not run again: {:?}",
+        runs(dir.path())
+    );
+}
+
+#[test]
+fn a_standby_takes_over_the_tick_of_a_host_that_died() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host(&redis, dir.path(), "a", "1m", "3s", "sleep 60");
+    a.until("a holds the tick", || redis.exists("tick"));
+    let job = job_pid(dir.path(), "a");
+    let b = host(&redis, dir.path(), "b", "1m", "3s", "true");
+    standing_by(&[&b]);
+    // The host is gone: lockrun and its whole job, at once.
+    let died = Instant::now();
+    kill(a.pid(), libc::SIGKILL);
+    unsafe { libc::kill(-(job as i32), libc::SIGKILL) };
+    let (code, _, err) = b.finish();
+    let took = died.elapsed();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("the host that took this tick did not complete it; running it here"),
+        "{err}"
+    );
+    let runs = runs(dir.path());
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1].0, "b");
+    assert!(runs[1].1 > runs[0].1, "a higher fence: {runs:?}");
+    // The standby waits out the dead holder's lease (3 s), no more than a heartbeat longer.
+    assert!(
+        took < Duration::from_secs(5),
+        "took over {took:?} after the death"
+    );
+    assert_eq!(
+        outcomes(&redis),
+        [("lost".into(), Some(1)), ("ran".into(), Some(2))],
+        "the lost attempt and the takeover"
+    );
+    drop(a);
+}
+
+#[test]
+fn a_job_killed_by_a_signal_hands_the_tick_on_at_once() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host(&redis, dir.path(), "a", "1m", "30s", "sleep 60");
+    a.until("a holds the tick", || redis.exists("tick"));
+    let job = job_pid(dir.path(), "a");
+    let metrics = dir.path().join("b.prom");
+    let b = host_with(
+        &redis,
+        dir.path(),
+        "b",
+        "1m",
+        "30s",
+        "true",
+        &["--metrics-file", metrics.to_str().unwrap()],
+    );
+    standing_by(&[&b]);
+    let killed = Instant::now();
+    kill(job, libc::SIGKILL);
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(137), "{err}");
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        killed.elapsed() < Duration::from_secs(5),
+        "handed on at once, not after the 30 s lease: {:?}",
+        killed.elapsed()
+    );
+    let runs = runs(dir.path());
+    assert_eq!(
+        runs.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(
+        outcomes(&redis),
+        [("ran".into(), None), ("ran".into(), Some(2))]
+    );
+    // The metrics of a takeover say which attempt at the tick it was.
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains("lockrun_last_run_tick_attempt{key=\"tick\"} 2\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_standby_never_runs_into_the_next_tick() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    // --every 3s: a tick of 2 s. The job outlasts it; the standby gives up when it ends.
+    let go = dir.path().join("go");
+    let mut a = host(&redis, dir.path(), "a", "3s", "10s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let t = Instant::now();
+    let b = host(&redis, dir.path(), "b", "3s", "10s", "true");
+    standing_by(&[&b]);
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // A host of the next tick finds the long run still going: it skips, as without --standby.
+    let c = host(&redis, dir.path(), "c", "3s", "10s", "true");
+    let (code, _, err) = c.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("redis lock already acquired"), "{err}");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(0));
+    assert_eq!(runs(dir.path()).len(), 1);
+}
+
+#[test]
+fn standby_needs_every_one_server_and_no_limit() {
+    let redis = Server::start();
+    for (args, says) in [
+        (
+            vec!["--standby", "k", "--", "true"],
+            "--standby needs --every",
+        ),
+        (
+            vec![
+                "--standby",
+                "--every",
+                "1m",
+                "--limit",
+                "2",
+                "k",
+                "--",
+                "true",
+            ],
+            "--standby cannot be used with --limit",
+        ),
+    ] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(&args);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(stderr_of(&out).contains(says), "{}", stderr_of(&out));
+    }
+    let mut cmd = Lockrun::to(&[
+        redis.url(),
+        "redis://127.0.0.1:1".into(),
+        "redis://127.0.0.1:2".into(),
+    ]);
+    cmd.args(["--standby", "--every", "1m", "k", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        stderr_of(&out).contains("several Redis masters"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+/// A node drained, a unit stopped: lockrun told to stop, its job stopped with it, hands the
+/// tick on.
+#[test]
+fn a_run_told_to_stop_hands_the_tick_on() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(&redis, dir.path(), "a", "1m", "30s", "sleep 60");
+    eventually("a holds the tick", || redis.exists("tick"));
+    job_pid(dir.path(), "a");
+    let b = host(&redis, dir.path(), "b", "1m", "30s", "true");
+    standing_by(&[&b]);
+    kill(a.pid(), libc::SIGTERM);
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(143), "{err}");
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let hosts: Vec<String> = runs(dir.path()).into_iter().map(|r| r.0).collect();
+    assert_eq!(hosts, ["a", "b"]);
+    assert_eq!(
+        outcomes(&redis),
+        [("aborted".into(), None), ("ran".into(), Some(2))]
+    );
+}
+
+/// A host frozen whole (every process of it stopped) is gone for the others: its lease
+/// expires and a standby runs the tick. When it thaws, its lock is lost: its job is stopped
+/// and the run recorded lost.
+#[test]
+fn a_frozen_host_loses_its_tick_to_a_standby() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host(&redis, dir.path(), "a", "1m", "2s", "sleep 60");
+    a.until("a holds the tick", || redis.exists("tick"));
+    let job = job_pid(dir.path(), "a");
+    let b = host(&redis, dir.path(), "b", "1m", "2s", "true");
+    standing_by(&[&b]);
+    kill(a.pid(), libc::SIGSTOP);
+    unsafe { libc::kill(-(job as i32), libc::SIGSTOP) };
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    kill(a.pid(), libc::SIGCONT);
+    unsafe { libc::kill(-(job as i32), libc::SIGCONT) };
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(76), "lock lost: {err}");
+    let hosts: Vec<String> = runs(dir.path()).into_iter().map(|r| r.0).collect();
+    assert_eq!(hosts, ["a", "b"]);
+    // The thawed host records its own loss too (one entry per run: `history` merges them).
+    let mut outcomes: Vec<String> = outcomes(&redis)
+        .into_iter()
+        .map(|(o, a)| format!("{o} {a:?}"))
+        .collect();
+    outcomes.sort();
+    assert!(
+        outcomes == ["lost None", "ran Some(2)"] || outcomes == ["lost Some(1)", "ran Some(2)"],
+        "{outcomes:?}"
+    );
+}
