@@ -33,6 +33,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
         command,
         wait,
         hold,
+        spread,
         conflict_exit_code,
         kill_after,
         on_lost,
@@ -63,6 +64,9 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
 
     let holder = Holder::new(&command[0]);
     let mut waiter = Waiter::new(&spec, &holder, wait, started, conflict_exit_code);
+    if !spread.is_zero() {
+        waiter.delay_first_attempt(crate::lock::jitter(spread));
+    }
     let grace = watchdog::loss_grace(spec.ttl, kill_after);
     let terminate = on_lost == OnLost::Terminate;
     let job = HeldJob {

@@ -43,6 +43,8 @@ pub struct Plan {
     pub wait: Wait,
     /// How long the key stays after the acquire when the job ends sooner (see `hold`).
     pub hold: Duration,
+    /// `--spread`: the longest random wait before the first attempt (zero: none).
+    pub spread: Duration,
     pub conflict_exit_code: u8,
     pub kill_after: Duration,
     pub on_lost: OnLost,
@@ -61,6 +63,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     }
     let hold = hold(args.every, args.min_hold, args.wait)?;
     let tick = tick(args, hold)?;
+    let spread = spread(args, hold)?;
     let lock = backend(args)?;
     if tick.is_some() && matches!(lock, Backend::Quorum(_)) {
         return Err(Usage(
@@ -81,6 +84,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
         command: args.command.clone(),
         wait: args.wait,
         hold,
+        spread,
         conflict_exit_code: args.conflict_exit_code,
         kill_after: args.kill_after,
         on_lost: args.on_lost,
@@ -305,6 +309,30 @@ fn hold(
         Some(hold) => Ok(hold),
         None => Ok(hold_for(every)),
     }
+}
+
+/// `--spread`: up to half the hold of `--every`, so that a host that waited the longest still
+/// finds the tick taken (the hold counts from the first acquire of the tick).
+fn spread(args: &Args, hold: Duration) -> Result<Duration, Usage> {
+    let Some(spread) = args.spread else {
+        return Ok(Duration::ZERO);
+    };
+    if args.every.is_none() {
+        return Err(Usage(
+            "--spread needs --every: without a hold for the tick, a host that waited would \
+             run the tick again"
+                .into(),
+        ));
+    }
+    if spread > hold / 2 {
+        return Err(Usage(format!(
+            "--spread {} is more than half the hold of the tick ({}): a host that waited that \
+             long could miss the tick's hold and run it again",
+            Human(spread),
+            Human(hold / 2)
+        )));
+    }
+    Ok(spread)
 }
 
 /// `--standby`: the length of one tick, the hold of `--every` (or `--min-hold`). Refused

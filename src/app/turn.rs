@@ -182,6 +182,8 @@ pub(super) struct Waiter<'a> {
     announced: bool,
     /// The holder the last look found, and when the server said that holder's lease ends.
     ends: Option<(Option<String>, Instant)>,
+    /// `--spread`: how long to wait before the first attempt.
+    delay: Option<Duration>,
 }
 
 impl<'a> Waiter<'a> {
@@ -208,7 +210,13 @@ impl<'a> Waiter<'a> {
             conflict_exit_code,
             announced: false,
             ends: None,
+            delay: None,
         }
+    }
+
+    /// Waits `delay` before the first attempt (`--spread`): a stop signal ends the wait.
+    pub(super) fn delay_first_attempt(&mut self, delay: Duration) {
+        self.delay = Some(delay);
     }
 
     /// Whether the wait goes on: one was asked for and it has not run out.
@@ -225,6 +233,13 @@ impl<'a> Waiter<'a> {
         stops: &mut S,
     ) -> Result<Lease, Failed> {
         let (spec, holder) = (self.spec, self.holder);
+        if let Some(delay) = self.delay.take() {
+            debug!(delay = %Human(delay), "--spread: waiting before the first attempt");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                sig = wait_for_stop(stops) => return Err(self.stopped(lock, sig).await),
+            }
+        }
         loop {
             if let Some(sig) = stops.take_stop() {
                 return Err(self.stopped(lock, sig).await);

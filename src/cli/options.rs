@@ -111,6 +111,17 @@ pub struct Args {
           help_heading = LOCK, hide_short_help = true)]
     pub standby: bool,
 
+    /// With --every: wait a random time up to DURATION before trying, so that the hosts take
+    /// turns running the ticks
+    ///
+    /// Without it the host whose cron fires first (the fastest clock) runs nearly every tick.
+    /// Each run waits a random time from 0 to DURATION (evenly spread: DURATION/2 on average)
+    /// before its first attempt; the tick is still run once. At most half of the hold of
+    /// --every (27s for --every 1m), so that the last host still finds the tick taken.
+    #[arg(long, env = "LOCKRUN_SPREAD", value_name = "DURATION", value_parser = duration::parse,
+          hide_env_values = true, help_heading = LOCK, hide_short_help = true)]
+    pub spread: Option<Duration>,
+
     /// Keep the lock at least this long after acquiring, even if the command finishes sooner
     /// (at most 30d); the low-level knob behind --every, which it overrides (it must then be
     /// shorter than the period)

@@ -384,3 +384,70 @@ fn a_frozen_host_loses_its_tick_to_a_standby() {
         "{outcomes:?}"
     );
 }
+
+/// `--spread`: hosts that fire in the same order every tick (the fastest clock first) take
+/// turns running the ticks, and each tick still runs once. Without it the first host runs them
+/// all.
+#[test]
+fn spread_lets_the_hosts_take_turns_and_each_tick_runs_once() {
+    let redis = Server::start();
+    let winners = |spread: Option<&str>, ticks: usize| -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        for tick in 0..ticks {
+            let hosts: Vec<Background> = ["a", "b", "c"]
+                .iter()
+                .map(|name| {
+                    let mut cmd = Lockrun::on(&redis);
+                    // --every 2s: a hold of 1 s; --spread at most half of it.
+                    cmd.args(["-q", "-E", "0", "--every", "2s"]);
+                    if let Some(spread) = spread {
+                        cmd.args(["--spread", spread]);
+                    }
+                    let job = format!("echo {name} >> '{}'", ran.display());
+                    cmd.args(["turns", "--", "sh", "-c", &job]);
+                    let host = cmd.background(dir.path(), &format!("{name}{tick}"));
+                    // The same order every tick, 100 ms apart, as cron on clocks apart.
+                    std::thread::sleep(Duration::from_millis(100));
+                    host
+                })
+                .collect();
+            for h in hosts {
+                let (code, _, err) = h.finish();
+                assert_eq!(code, Some(0), "{err}");
+            }
+            assert_eq!(lines(&ran).len(), tick + 1, "one run per tick");
+            eventually("the tick's hold to end", || !redis.exists("turns"));
+        }
+        lines(&ran)
+    };
+    let first_always = winners(None, 3);
+    assert_eq!(first_always, ["a", "a", "a"]);
+    let spread = winners(Some("500ms"), 10);
+    let distinct: std::collections::BTreeSet<&String> = spread.iter().collect();
+    assert!(
+        distinct.len() >= 2,
+        "the same host ran every tick: {spread:?}"
+    );
+}
+
+#[test]
+fn spread_needs_every_and_at_most_half_its_hold() {
+    let redis = Server::start();
+    for (args, says) in [
+        (
+            vec!["--spread", "1s", "k", "--", "true"],
+            "--spread needs --every",
+        ),
+        (
+            vec!["--every", "1m", "--spread", "28s", "k", "--", "true"],
+            "--spread 28s is more than half the hold of the tick (27s)",
+        ),
+    ] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(&args);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(stderr_of(&out).contains(says), "{}", stderr_of(&out));
+    }
+}
