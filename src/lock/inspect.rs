@@ -32,6 +32,38 @@ pub struct Inspection {
     /// holders, one counter) and for a fence that is not such a time (a counter set by hand, or
     /// one ahead of the clock).
     pub held_for: Option<Duration>,
+    /// With `--standby`, the tick under way.
+    pub tick: Option<TickView>,
+}
+
+/// The tick record of `--standby` (tick.lua), as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TickView {
+    /// The tick completed: no host runs it again.
+    pub done: bool,
+    /// Attempts at it so far (2 or more: taken over).
+    pub attempt: u32,
+    /// Until the tick ends.
+    pub left: Option<Duration>,
+}
+
+impl TickView {
+    /// `<open|done> <start ms> <attempt> <holder>`; anything else is no tick record.
+    pub fn parse(record: &str, left: Option<Duration>) -> Option<TickView> {
+        let mut words = record.split(' ');
+        let done = match words.next()? {
+            "open" => false,
+            "done" => true,
+            _ => return None,
+        };
+        let _start = words.next()?;
+        let attempt = words.next()?.parse().ok()?;
+        Some(TickView {
+            done,
+            attempt,
+            left,
+        })
+    }
 }
 
 /// What `release --force` deleted.

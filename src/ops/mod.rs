@@ -110,6 +110,7 @@ fn combine(n: usize, views: Vec<Inspection>) -> Inspection {
         next: None,
         holders: held,
         held_for,
+        tick: None,
     }
 }
 

@@ -66,6 +66,11 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
             "queued_ms": since.as_millis() as u64,
         })),
         "holders": holders,
+        "tick": view.tick.as_ref().map(|t| json!({
+            "state": if t.done { "done" } else { "open" },
+            "attempt": t.attempt,
+            "ttl_ms": ttl_ms(t.left),
+        })),
     })
 }
 
@@ -115,5 +120,17 @@ fn text(key: &str, view: &Inspection) -> String {
         None => view.waiters.to_string(),
     };
     line("waiters:", queue);
+    if let Some(t) = &view.tick {
+        let state = if t.done { "done" } else { "under way" };
+        let took_over = if t.attempt > 1 { ", taken over" } else { "" };
+        line(
+            "tick:",
+            format!(
+                "{state} (attempt {}{took_over}, {} left)",
+                t.attempt,
+                left(t.left)
+            ),
+        );
+    }
     out
 }

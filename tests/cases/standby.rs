@@ -82,6 +82,17 @@ fn outcomes(redis: &Server) -> Vec<(String, Option<i64>)> {
         .collect()
 }
 
+/// `lockrun status tick`'s `tick:` line.
+fn tick_status(redis: &Server) -> String {
+    let mut cmd = Lockrun::on(redis);
+    cmd.args(["status", "tick"]);
+    let out = stdout_of(&run(cmd));
+    out.lines()
+        .find(|l| l.starts_with("tick:"))
+        .unwrap_or_else(|| panic!("no tick line: {out}"))
+        .to_string()
+}
+
 /// The process id a host's job wrote.
 fn job_pid(dir: &Path, name: &str) -> u32 {
     let path = dir.join(format!("{name}.job"));
@@ -109,6 +120,11 @@ fn a_completed_tick_ends_every_standby_as_skipped() {
     let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
     let c = host(&redis, dir.path(), "c", "1m", "10s", "true");
     standing_by(&[&b, &c]);
+    assert!(
+        tick_status(&redis).starts_with("tick:     under way (attempt 1, "),
+        "{}",
+        tick_status(&redis)
+    );
     std::fs::write(&go, "").unwrap();
     let t = Instant::now();
     let (code, _, err) = a.finish();
@@ -210,6 +226,11 @@ fn a_standby_takes_over_the_tick_of_a_host_that_died() {
         outcomes(&redis),
         [("lost".into(), Some(1)), ("ran".into(), Some(2))],
         "the lost attempt and the takeover"
+    );
+    let status = tick_status(&redis);
+    assert!(
+        status.starts_with("tick:     done (attempt 2, taken over, "),
+        "{status}"
     );
     drop(a);
 }

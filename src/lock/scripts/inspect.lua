@@ -1,8 +1,9 @@
 -- What `lockrun status` and `lockrun list` show about one lock, read in one round trip; nothing
--- is written. KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
+-- is written. KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
+-- KEYS[5] the tick record of `--standby` (see tick.lua)
 -- Returns {type, fence or '', live waiters, next waiter's id or '', ms since it queued, the
--- server's clock in µs, then holder value and ms left, for each holder (one for a lock, each
--- live slot of a semaphore)}. The clock tells how long a lock has been held: its fence is the
+-- server's clock in µs, the tick record or '', ms left of it, then holder value and ms left,
+-- for each holder (one for a lock, each live slot of a semaphore)}. The clock tells how long a lock has been held: its fence is the
 -- server's clock at the acquisition (see next_fence).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -23,7 +24,9 @@ if redis.call('TYPE', KEYS[3]).ok == 'zset' and redis.call('TYPE', KEYS[4]).ok =
     end
   end
 end
-local out = {kind, fence, waiters, next_id, since, now_us}
+local tick = ''
+if redis.call('TYPE', KEYS[5]).ok == 'string' then tick = redis.call('GET', KEYS[5]) end
+local out = {kind, fence, waiters, next_id, since, now_us, tick, redis.call('PTTL', KEYS[5])}
 if kind == 'string' then
   table.insert(out, redis.call('GET', KEYS[1]))
   table.insert(out, redis.call('PTTL', KEYS[1]))

@@ -1,7 +1,7 @@
 //! inspect.lua: what `lockrun status` and `lockrun list` show about one key, read at once.
 
 use super::{as_int, as_string, Request, Script, INSPECT};
-use crate::lock::inspect::{held_since, Inspection};
+use crate::lock::inspect::{held_since, Inspection, TickView};
 use crate::lock::keys::Keys;
 use redis::Value;
 use std::time::Duration;
@@ -15,10 +15,11 @@ impl Request for InspectRequest<'_> {
         &INSPECT
     }
 
-    /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries.
+    /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
+    /// the tick record.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.fence, k.queue, k.tickets]
+        vec![self.key.into(), k.fence, k.queue, k.tickets, k.tick]
     }
 
     /// None.
@@ -28,7 +29,8 @@ impl Request for InspectRequest<'_> {
 }
 
 /// `{type, fence or '', live waiters, next waiter's id or '', ms since it queued, server
-/// clock in µs, then holder value and ms left for each holder}`. Read leniently, item by item:
+/// clock in µs, tick record or '', ms left of it, then holder value and ms left for each
+/// holder}`. Read leniently, item by item:
 /// an item of another kind reads as absent (and a holder without its time left is not read).
 /// `Err`: not an array, handed back as it came.
 pub fn decode(reply: Value) -> Result<Inspection, Value> {
@@ -38,7 +40,7 @@ pub fn decode(reply: Value) -> Result<Inspection, Value> {
     let text = |i: usize| items.get(i).and_then(as_string).unwrap_or_default();
     let count = |i: usize| as_int(items.get(i)).and_then(|n| u64::try_from(n).ok());
     let mut holders = Vec::new();
-    let mut i = 6;
+    let mut i = 8;
     while i + 1 < items.len() {
         holders.push((text(i), count(i + 1).map(Duration::from_millis)));
         i += 2;
@@ -56,6 +58,7 @@ pub fn decode(reply: Value) -> Result<Inspection, Value> {
         waiters: count(2).unwrap_or(0),
         next: (!next.is_empty()).then(|| (next, Duration::from_millis(count(4).unwrap_or(0)))),
         holders,
+        tick: TickView::parse(&text(6), count(7).map(Duration::from_millis)),
     })
 }
 
@@ -73,6 +76,7 @@ mod tests {
             "lockrun:fence:{job}",
             "lockrun:waiters:{job}",
             "lockrun:tickets:{job}",
+            "lockrun:tick:{job}",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &[]));
         assert_eq!(call.script.sha(), INSPECT.sha());
@@ -88,7 +92,35 @@ mod tests {
             bulk(next),
             Value::Int(1200),
             bulk(&NOW_US.to_string()),
+            bulk(""),
+            Value::Int(-2),
         ]
+    }
+
+    #[test]
+    fn a_tick_record_reads_as_its_state_and_attempt() {
+        let mut items = head("string", "7", 0, "");
+        items[6] = bulk("open 1700000000000 2 abc host=h pid=1");
+        items[7] = Value::Int(30_000);
+        items.extend([bulk("abc host=h"), Value::Int(900)]);
+        let got = decode(array(items)).unwrap();
+        assert_eq!(
+            got.tick,
+            Some(TickView {
+                done: false,
+                attempt: 2,
+                left: Some(Duration::from_secs(30)),
+            })
+        );
+        assert_eq!(got.holders.len(), 1);
+        let mut items = head("none", "7", 0, "");
+        items[6] = bulk("done 1700000000000 1 ");
+        assert!(decode(array(items)).unwrap().tick.is_some_and(|t| t.done));
+        // No record, or one lockrun did not write: no tick.
+        assert_eq!(decode(array(head("none", "", 0, ""))).unwrap().tick, None);
+        let mut items = head("none", "", 0, "");
+        items[6] = bulk("mine");
+        assert_eq!(decode(array(items)).unwrap().tick, None);
     }
 
     #[test]
