@@ -509,6 +509,12 @@ mod tests {
             pttl: Option<Duration>,
             rank: Option<u64>,
         },
+        /// `--standby`: held, standing by for a tick with this much left.
+        StandBy(Duration),
+        /// `--standby`: the tick completed elsewhere (or is over).
+        TickEnded(bool),
+        /// `--standby`: acquired as this attempt at the tick (fence, attempt).
+        TookOver(u64, u32),
         Fail(fn() -> LockError),
     }
 
@@ -537,6 +543,8 @@ mod tests {
         keeps: Vec<Duration>,
         /// The exit code of each history entry written (on release or on leaving the queue).
         codes: Vec<Option<i32>>,
+        /// Whether each release's entry completed its tick (`--standby`).
+        completes: Vec<bool>,
     }
 
     fn outcome(note: Option<&Note>) -> &'static str {
@@ -573,6 +581,21 @@ mod tests {
                     rank: *rank,
                     tick_left: None,
                 }),
+                Answer::StandBy(left) => Ok(Acquire::Held {
+                    holder: None,
+                    pttl: Some(Duration::from_secs(20)),
+                    rank: Some(0),
+                    tick_left: Some(*left),
+                }),
+                Answer::TickEnded(completed) => Ok(Acquire::TickEnded {
+                    completed: *completed,
+                }),
+                Answer::TookOver(fence, attempt) => {
+                    let mut lease = Lease::phantom(holder);
+                    lease.fence = *fence;
+                    lease.attempt = *attempt;
+                    Ok(Acquire::Acquired(lease))
+                }
                 Answer::Fail(e) => Err(e()),
             }
         }
@@ -590,6 +613,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<Release, LockError> {
             self.calls.push(format!("release:{}", outcome(note)));
+            self.completes.extend(note.map(|n| n.completes_tick));
             self.codes.extend(note.map(|n| n.exit_code));
             self.keeps.push(keep);
             match self.releases.pop_front() {
@@ -672,13 +696,24 @@ mod tests {
     /// The lock's part of one run of key `k` with `wait`; each held turn's part is the next of
     /// `turns` (then: the job ran and exited 0).
     async fn run(lock: &mut Fake, wait: Wait, stops: &mut FakeStops, turns: Vec<Turn>) -> Ran {
+        run_tick(lock, wait, None, stops, turns).await
+    }
+
+    /// [`run`] with `--standby`'s tick of this length (`None`: without `--standby`).
+    async fn run_tick(
+        lock: &mut Fake,
+        wait: Wait,
+        tick: Option<Duration>,
+        stops: &mut FakeStops,
+        turns: Vec<Turn>,
+    ) -> Ran {
         let spec = LockSpec {
             key: "k".into(),
             ttl: Duration::from_secs(30),
             limit: None,
             history: 100,
             every: None,
-            tick: None,
+            tick,
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         let began = Instant::now();
@@ -745,6 +780,138 @@ mod tests {
         }];
         run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
         assert_eq!(lock.keeps, [SECS(50)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_waits_no_longer_than_the_tick_the_server_says_is_left() {
+        let mut lock = fake(vec![Answer::StandBy(SECS(5))]);
+        let ran = run_tick(
+            &mut lock,
+            ONCE,
+            Some(SECS(54)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert!(ran.took >= SECS(5) && ran.took < SECS(6), "{:?}", ran.took);
+        assert_eq!(lock.calls.first().unwrap(), "subscribe", "a standby queues");
+        assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
+        assert!(!lock.calls.iter().any(|c| c == "start"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_completed_elsewhere_ends_the_standby_skipped_at_once() {
+        for completed in [true, false] {
+            let mut lock = fake(vec![
+                Answer::StandBy(SECS(50)),
+                Answer::TickEnded(completed),
+            ]);
+            let ran = run_tick(
+                &mut lock,
+                ONCE,
+                Some(SECS(54)),
+                &mut FakeStops::default(),
+                vec![],
+            )
+            .await;
+            assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+            assert!(ran.took < SECS(2), "{:?}", ran.took);
+            assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_skips_a_lock_held_by_a_run_of_an_earlier_tick() {
+        let mut lock = fake(vec![held()]);
+        let ran = run_tick(
+            &mut lock,
+            ONCE,
+            Some(SECS(54)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert_eq!(ran.took, Duration::ZERO);
+        assert_eq!(lock.calls, ["subscribe", "acquire", "leave:skipped"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_is_recorded_and_its_release_says_whether_the_tick_completed() {
+        let killed = Course::Ran {
+            job: crate::ending::JobEnd {
+                status: ExitCode::Signaled(libc::SIGKILL),
+                stopped: crate::ending::Stopped::No,
+                lock_lost: false,
+            },
+            stop_received: false,
+            key_gone: false,
+        };
+        for (course, completes) in [(exited(3), true), (killed, false)] {
+            let mut lock = fake(vec![Answer::StandBy(SECS(50)), Answer::TookOver(9, 2)]);
+            let turns = vec![Turn::Done {
+                course,
+                keep: Duration::ZERO,
+            }];
+            let ran = run_tick(
+                &mut lock,
+                ONCE,
+                Some(SECS(54)),
+                &mut FakeStops::default(),
+                turns,
+            )
+            .await;
+            assert_eq!(ran.record.attempt, Some(2));
+            assert_eq!(ran.record.fence, 9);
+            assert_eq!(lock.completes, [completes]);
+        }
+        // Without --standby no attempt is recorded.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.record.attempt, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spread_waits_before_the_first_attempt_and_a_stop_ends_that_wait() {
+        let spec = LockSpec {
+            key: "k".into(),
+            ttl: SECS(30),
+            limit: None,
+            history: 100,
+            every: None,
+            tick: None,
+        };
+        let holder = Holder::new(std::ffi::OsStr::new("job"));
+        for (stop, code, calls) in [
+            (None, ExitCode::Command(0), 2),
+            (Some(SECS(1)), ExitCode::Aborted(libc::SIGTERM), 0),
+        ] {
+            let mut stops =
+                stop.map_or_else(FakeStops::default, |d| FakeStops::after(d, libc::SIGTERM));
+            let mut lock = fake(vec![Answer::Acquired(1)]);
+            let began = Instant::now();
+            let mut waiter = Waiter::new(&spec, &holder, ONCE, began, CONFLICT);
+            waiter.delay_first_attempt(SECS(3));
+            let mut record = RunRecord::begin("k");
+            let start =
+                async |_: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| Turn::Done {
+                    course: exited(0),
+                    keep: Duration::ZERO,
+                };
+            let ending = take_turns(&mut lock, &mut waiter, &mut stops, &mut record, start).await;
+            assert_eq!(ending.code, code);
+            assert_eq!(lock.calls.len(), calls, "{:?}", lock.calls);
+            if calls > 0 {
+                assert_eq!(
+                    began.elapsed(),
+                    SECS(3),
+                    "the first attempt after the delay"
+                );
+            } else {
+                assert_eq!(began.elapsed(), SECS(1), "the stop ends the delay");
+            }
+        }
     }
 
     #[tokio::test(start_paused = true)]
