@@ -513,3 +513,49 @@ fn cluster_over_tls_rediss_cluster_url_with_the_test_ca() {
     );
     assert_eq!(stdout_of(&out), "");
 }
+
+/// `--standby` on a Cluster: the tick record lives in the lock's slot (the scripts touch it with
+/// the lock), standbys wait on the owning shard, and a killed job hands the tick on there.
+#[test]
+fn cluster_standby_hands_a_tick_on_within_the_locks_slot() {
+    let cluster = Cluster::start(3);
+    let seed = cluster.nodes[0].addr();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let pid = dir.path().join("pid");
+    let host = |name: &str, rest: &str| {
+        let mut cmd = via(&seed);
+        let job = format!(
+            "echo {name} >> '{}'; echo $$ > '{}'; {rest}",
+            ran.display(),
+            pid.display()
+        );
+        cmd.args(["--standby", "-E", "0", "--every", "1m", "tick-{t}", "--"])
+            .args(["sh", "-c", &job]);
+        cmd.background(dir.path(), name)
+    };
+    let a = host("a", "sleep 60");
+    wait_for_file(&pid);
+    eventually("a's pid", || !lines(&pid).is_empty());
+    let job: u32 = lines(&pid)[0].parse().unwrap();
+    let owner = cluster.owner_of("tick-{t}").port().to_string();
+    let tick_key = "lockrun:tick:=tick-{t}";
+    let exists = |key: &str| -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &owner, "EXISTS", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(exists(tick_key), "1", "the tick record on the lock's owner");
+    let b = host("b", "true");
+    eventually("b stands by", || {
+        b.stderr().contains("standing by for the rest of this tick")
+    });
+    kill(job, libc::SIGKILL);
+    assert_eq!(a.finish().0, Some(137));
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("running it here"), "{err}");
+    assert_eq!(lines(&ran), ["a", "b"]);
+}
