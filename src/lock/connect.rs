@@ -6,7 +6,8 @@
 //! unknown), so a failover is followed by the next request: Sentinel is asked again, the
 //! Cluster's slot map is refreshed on MOVED. Behind Sentinel the caller also asks before each
 //! lock request on a connection it keeps ([`Connector::named_primary`]), and again while a
-//! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
+//! reply is late ([`Connector::watch_every`]): see `Router::lock_connection` in
+//! `redis/routing.rs`.
 
 use super::endpoint::{Endpoint, Shape};
 use super::failure::{At, Cause, Kind, Unsupported};
