@@ -6,12 +6,13 @@
 //! unknown), so a failover is followed by the next request: Sentinel is asked again, the
 //! Cluster's slot map is refreshed on MOVED. Behind Sentinel the caller also asks before each
 //! lock request on a connection it keeps ([`Connector::named_primary`]), and again while a
-//! reply is late ([`Connector::watch_every`]): see `RedisLock::lock_connection`.
+//! reply is late ([`Connector::watch_every`]): see `Router::lock_connection` in
+//! `redis/routing.rs`.
 
 use super::endpoint::{Endpoint, Shape};
-use super::failure::{At, Cause, Kind, Unsupported};
-use super::redis_errors::{is_dropped, local_limit, refusal};
+use super::redis_errors::is_dropped;
 use super::LockError;
+use majority::Votes;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -21,6 +22,8 @@ use redis::{
 };
 use std::time::Duration;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+pub(in crate::lock) mod majority;
 
 /// One connection for lock requests, whatever the topology.
 #[derive(Clone)]
@@ -346,71 +349,21 @@ impl Connector {
                 answer.map(|(named, _)| named)
             });
         }
-        let need = super::quorum(count);
-        let mut named: Vec<(Primary, usize)> = Vec::new();
-        let (mut unknown, mut last) = (0, None);
+        let mut votes = Votes::new(count);
         while let Some(joined) = asks.join_next().await {
             let Ok(answer) = joined else { continue };
-            match answer {
-                Ok(Ok(Some(addr))) => {
-                    let votes = match named.iter_mut().find(|(a, _)| *a == addr) {
-                        Some((_, n)) => {
-                            *n += 1;
-                            *n
-                        }
-                        None => {
-                            named.push((addr.clone(), 1));
-                            1
-                        }
-                    };
-                    if votes >= need {
-                        // The others finish in the background (within the budget), so
-                        // that their connections are kept for the next question too.
-                        asks.detach_all();
-                        return Ok(addr);
-                    }
-                }
-                Ok(Ok(None)) => unknown += 1,
-                Ok(Err(e)) => last = Some(e),
-                Err(_) => {}
+            if let Some(primary) = votes.count(answer.ok()) {
+                // The others finish in the background (within the budget), so that their
+                // connections are kept for the next question too.
+                asks.detach_all();
+                return Ok(primary);
             }
         }
-        let shown = &self.endpoint.shown;
-        let server =
-            |kind: Kind| LockError::on(shown, kind.scrubbed(|w| self.endpoint.secrets.scrub(w)));
-        let sentinels = |kind: Kind| {
-            let kind = kind.scrubbed(|w| self.endpoint.secrets.scrub(w));
-            LockError::new(kind, At::Sentinels(shown.clone()))
-        };
-        let service = service.to_string();
-        let fail = if !named.is_empty() {
-            let names: Vec<String> = named
-                .iter()
-                .map(|((host, port), n)| format!("{host}:{port} ({n})"))
-                .collect();
-            server(Kind::Unavailable(Cause::SentinelsSplit {
-                count: self.sentinels.len(),
-                service,
-                named: names.join(", "),
-            }))
-        } else if unknown == self.sentinels.len() {
-            sentinels(Kind::Unsupported(Unsupported::Service(service)))
-        } else {
-            match last {
-                Some(e) => match (local_limit(&e), refusal(&e, None)) {
-                    // A limit of this machine, not the sentinels'.
-                    (Some(limit), _) => server(Kind::Local(limit)),
-                    // Authentication and ACL refusals are the sentinels' own: say whose.
-                    (None, Some(refused)) => sentinels(refused),
-                    (None, None) => server(Kind::Unavailable(Cause::SentinelsFailed {
-                        service,
-                        words: e.to_string(),
-                    })),
-                },
-                None => server(Kind::Unavailable(Cause::SentinelsSilent(budget))),
-            }
-        };
-        Err(Fail::Topology(fail))
+        Err(Fail::Topology(votes.failure(
+            &self.endpoint,
+            service,
+            budget,
+        )))
     }
 }
 

@@ -6,7 +6,7 @@
 //! to behind Sentinel in `routing.rs`, and sending it (`EVALSHA`/`EVAL`, acknowledgements,
 //! retries) in `send.rs`.
 
-use super::connect::{Conn, Connector, Fail, Wake};
+use super::connect::{Connector, Fail};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::has_hash_tag;
@@ -14,8 +14,8 @@ use super::redis_errors::{self, refusal, Sent};
 use super::scripts;
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::LockError;
-use link::Link;
 use redis::Value;
+use routing::Router;
 use std::time::Duration;
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
@@ -34,16 +34,14 @@ pub struct ConnectOptions {
 pub const TICKET: Duration = Duration::from_secs(3);
 
 pub struct RedisLock {
-    connector: Connector,
+    /// The connection, the subscription to release hints, and which primary they go to.
+    router: Router<Connector>,
     /// Bounds connecting and every reply (`doctor` reads it: see `probe.rs`).
     pub(super) timeout: Duration,
     /// The URL with its credentials replaced, for every message we print.
     shown: String,
     /// Every password we were given, scrubbed from every message we print.
     secrets: Secrets,
-    /// The connection, and where it goes (see [`Link`]).
-    link: Link<Conn>,
-    wake: Option<Wake>,
     /// Replicas that must acknowledge an acquire or a renewal (`--acks`); 0: none.
     acks: u32,
     /// The server's own append-only file must have them on disk too (`--fsync`).
@@ -74,12 +72,10 @@ impl RedisLock {
         )?;
         let (shown, secrets) = (endpoint.shown.clone(), endpoint.secrets.clone());
         Ok(RedisLock {
-            connector: Connector::new(endpoint, timeout)?,
+            router: Router::new(Connector::new(endpoint, timeout)?, timeout),
             timeout,
             shown,
             secrets,
-            link: Link::Disconnected,
-            wake: None,
             acks: 0,
             fsync: false,
             evalsha: true,
@@ -89,7 +85,7 @@ impl RedisLock {
 
     /// The servers this URL names, each written one way whichever way the URL spells it.
     pub fn servers(&self) -> Vec<String> {
-        self.connector.servers()
+        self.router.connector.servers()
     }
 
     /// The URL as it may be shown to people (password redacted).
@@ -100,7 +96,7 @@ impl RedisLock {
     /// Forgets the connection, so the next request opens a new one: for a caller whose own
     /// timeout cut a request short, leaving this socket possibly half-dead (see `redlock.rs`).
     pub fn disconnect(&mut self) {
-        self.link.forget();
+        self.router.link.forget();
     }
 
     /// The last acquire's outcome counts as unknown, whatever its reply said: under Redlock a
@@ -125,7 +121,7 @@ impl RedisLock {
     /// request timeout; a quarter of it in a cluster), so that it answers before the reply
     /// timeout fires (redis-rs's own default would be 500 ms).
     fn ack_wait_ms(&self) -> u64 {
-        (self.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
+        (self.router.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
     }
 
     /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas
@@ -179,7 +175,7 @@ impl RedisLock {
     /// On a Cluster, every key a script touches must share the lock's hash slot: refuse the
     /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
     pub(super) fn check_key(&self, key: &str) -> Result<(), LockError> {
-        if self.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
+        if self.router.connector.is_cluster() && key.contains('}') && !has_hash_tag(key) {
             return Err(self.error(Kind::Misuse(Misuse::NoSharedSlot {
                 key: key.to_string(),
             })));
@@ -195,7 +191,7 @@ impl RedisLock {
     /// A TLS client talking to a plain-text port waits for a handshake that never comes (or
     /// gets garbage): its messages say what that usually means instead of a bare "timed out".
     fn tls(&self) -> bool {
-        self.connector.endpoint().tls
+        self.router.connector.endpoint().tls
     }
 
     /// What a failed request means. Refusals of lockrun itself (authentication, permissions,
@@ -247,7 +243,7 @@ impl RedisLock {
 
     /// Whether this is a Redis Cluster (whose keys live on several primaries).
     pub(super) fn is_cluster(&self) -> bool {
-        self.connector.is_cluster()
+        self.router.connector.is_cluster()
     }
 
     /// The command the scripts publish release hints with (see [`scripts::publish_command`]).
@@ -273,7 +269,7 @@ mod tests {
     #[test]
     fn a_new_client_is_disconnected_and_sends_by_sha1() {
         let lock = new_lock("redis://:secret@127.0.0.1:6390");
-        assert!(matches!(lock.link, Link::Disconnected));
+        assert!(matches!(lock.router.link, link::Link::Disconnected));
         assert!(lock.evalsha && !lock.unsettled && !lock.acking());
         assert_eq!(lock.shown(), "redis://:***@127.0.0.1:6390");
     }

@@ -26,7 +26,7 @@ pub(super) enum Link<C> {
 
 /// Behind Sentinel: whether the sentinels' answer that chose the connection has served a
 /// script yet. The first script on a new connection goes without asking again; every later
-/// one asks first (see `RedisLock::lock_connection`).
+/// one asks first (see `Router::lock_connection`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Answer {
     Fresh,

@@ -34,16 +34,19 @@ fn reading(us: i64, sent: Instant, received: Instant) -> Vec<Reading> {
 
 impl LockService for RedisLock {
     async fn subscribe_wakeups(&mut self, spec: &LockSpec) -> Result<(), LockError> {
-        if self.wake.is_some() {
+        if self.router.wake.is_some() {
             return Ok(());
         }
         let channel = wake_channel(&spec.key);
         // Behind Sentinel, on the primary of the connection for the attempts: connected now if
         // need be, and that answer then serves the first attempt too.
         self.connection().await?;
-        let fut = self.connector.subscribe(&channel, self.link.primary());
+        let fut = self
+            .router
+            .connector
+            .subscribe(&channel, self.router.link.primary());
         match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(wake)) => self.wake = Some(wake),
+            Ok(Ok(wake)) => self.router.wake = Some(wake),
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
             Err(_) => return Err(self.timed_out("no SUBSCRIBE reply")),
         }
@@ -94,7 +97,7 @@ impl LockService for RedisLock {
             // caller's give-back (token-checked) removes what it may have taken, on a new
             // connection: one that carried a reply no Redis gives may be out of step.
             Err(odd) => {
-                self.link.forget();
+                self.router.link.forget();
                 return Err(self.unexpected(&odd));
             }
         };
@@ -196,7 +199,7 @@ impl LockService for RedisLock {
     }
 
     async fn wait_for_turn(&mut self, holder: &Holder, max: Duration) {
-        let Some(wake) = self.wake.as_mut() else {
+        let Some(wake) = self.router.wake.as_mut() else {
             return tokio::time::sleep(max).await;
         };
         let id = holder.id.as_bytes();
@@ -216,7 +219,7 @@ impl LockService for RedisLock {
         let _ = tokio::time::timeout(max, ours).await;
         if dead {
             // Subscribe again before the next attempt (see `subscribe_wakeups`).
-            self.wake = None;
+            self.router.wake = None;
         }
     }
 }

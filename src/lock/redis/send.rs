@@ -49,7 +49,7 @@ impl RedisLock {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.request_failed(&e)),
             Err(_) => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(self.timed_out("no reply"))
             }
         }
@@ -59,7 +59,7 @@ impl RedisLock {
     /// is in trouble (the connection is dropped), or it answered this command with an error.
     pub(super) fn request_failed(&mut self, e: &redis::RedisError) -> LockError {
         if refusal(e, None).is_some() || is_dropped(e) || is_transient(e) {
-            self.link.forget();
+            self.router.link.forget();
             self.unavailable(e)
         } else {
             self.error(Kind::Misuse(Misuse::Answered(redis_errors::answer(e))))
@@ -110,7 +110,7 @@ impl RedisLock {
                 .collect()),
             Ok(Err(e)) => Err(self.request_failed(&e)),
             Err(_) => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(self.timed_out("no reply"))
             }
         }
@@ -176,7 +176,7 @@ impl RedisLock {
                     self.move_to(now).await.map_err(Failed::Other)?;
                 }
                 Err(_) => {
-                    self.link.forget();
+                    self.router.link.forget();
                     return Err(Failed::Other(self.timed_out(
                         "no reply (the sentinels named a new primary three times meanwhile)",
                     )));
@@ -187,28 +187,28 @@ impl RedisLock {
             Ok(v) => Ok(v),
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
             Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Sentinel)),
                 ))
             }
             Err(e) if refusal(&e, Some(sent)).is_some() => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(Failed::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(Failed::Dropped(self.unavailable(&e)))
             }
             Err(e) if is_transient(&e) => {
-                self.link.forget();
+                self.router.link.forget();
                 Err(Failed::Other(self.unavailable(&e)))
             }
             // Every error a script of lockrun's can meet on a working server is one of the
             // above (refusals, transient trouble): anything else means the server cannot run
             // lockrun, whatever it is. Said with the server's own words, never the request's.
             Err(e) => {
-                self.link.forget();
+                self.router.link.forget();
                 let words = redis_errors::server_words(&e);
                 Err(Failed::Other(
                     self.error(Kind::NotRedis(NotRedis::Answered(words))),
@@ -234,7 +234,7 @@ impl RedisLock {
 impl RedisLock {
     /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
     /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
-    /// while the reply is late (see [`Self::watched`]).
+    /// while the reply is late (see `Router::watched`).
     pub(super) async fn send_script<C: ConnectionLike + Send>(
         &mut self,
         conn: &mut C,
@@ -303,7 +303,7 @@ impl RedisLock {
         loop {
             let attempt = self.send_once(conn, &cmd, ack);
             let reply = if watched {
-                self.watched(attempt).await?
+                self.router.watched(attempt).await?
             } else {
                 attempt.await
             };
@@ -320,9 +320,9 @@ impl RedisLock {
     /// Cluster, when its reply took longer than the quarter of the request timeout an attempt
     /// has, and another whole attempt still fits in the request timeout.
     pub(super) fn ask_again(&self, e: &redis::RedisError, started: std::time::Instant) -> bool {
-        self.connector.is_cluster()
+        self.router.connector.is_cluster()
             && e.is_timeout()
-            && started.elapsed() + self.connector.reply_timeout() <= self.timeout
+            && started.elapsed() + self.router.connector.reply_timeout() <= self.timeout
     }
 
     /// [`Self::send`], one attempt of `cmd` (the `EVAL`/`EVALSHA`).
