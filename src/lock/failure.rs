@@ -197,6 +197,8 @@ pub enum Misuse {
     SpoiledFence { helper: String },
     /// A waiter queue key is not a sorted set.
     SpoiledQueue { helper: String },
+    /// The tick record of `--standby` is not one lockrun wrote.
+    SpoiledTick { helper: String },
     /// The history key is not a stream.
     SpoiledHistory { key: String, helper: String },
     /// On a Cluster, a key whose helper keys cannot share its slot.

@@ -472,3 +472,23 @@ fn spread_needs_every_and_at_most_half_its_hold() {
         assert!(stderr_of(&out).contains(says), "{}", stderr_of(&out));
     }
 }
+
+/// A tick record changed by hand is named as what it is, and nothing is run or written.
+#[test]
+fn a_tick_record_changed_by_hand_is_named() {
+    let redis = Server::start();
+    redis.cmd::<()>(&["SET", "lockrun:tick:{tick}", "not a tick"]);
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["--standby", "--every", "1m", "tick", "--", "echo", "ran"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "");
+    assert!(
+        stderr_of(&out).contains(
+            "the --standby tick record 'lockrun:tick:{tick}' is not one lockrun wrote (changed by hand?); delete it"
+        ),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(!redis.exists("tick"));
+}

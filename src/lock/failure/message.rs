@@ -152,6 +152,11 @@ fn misuse(f: &mut fmt::Formatter<'_>, misuse: &Misuse, server: &str) -> fmt::Res
             f,
             "the waiter queue key '{helper}' is not a sorted set (changed by hand?); delete it"
         ),
+        Misuse::SpoiledTick { helper } => write!(
+            f,
+            "the --standby tick record '{helper}' is not one lockrun wrote (changed by hand?); \
+             delete it"
+        ),
         Misuse::SpoiledHistory { key, helper } => write!(
             f,
             "the history key of '{key}' ({helper}) is not a stream: changed by hand?"

@@ -170,6 +170,9 @@ impl Refusal {
                     helper: helper.clone(),
                 }
             }
+            Refusal::Spoiled { helper } if *helper == Keys::of(&key).tick => Misuse::SpoiledTick {
+                helper: helper.clone(),
+            },
             Refusal::Spoiled { helper } => Misuse::SpoiledQueue {
                 helper: helper.clone(),
             },
@@ -412,6 +415,12 @@ mod tests {
             spoiled("lockrun:tickets:{job}"),
             Misuse::SpoiledQueue {
                 helper: "lockrun:tickets:{job}".into()
+            }
+        );
+        assert_eq!(
+            spoiled("lockrun:tick:{job}"),
+            Misuse::SpoiledTick {
+                helper: "lockrun:tick:{job}".into()
             }
         );
         // A refusal whose second item is not text still refuses, naming nothing.
