@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const OUTCOMES: [&str; 5] = ["ran", "skipped", "lost", "aborted", "error"];
+const OUTCOMES: [&str; 6] = ["ran", "skipped", "lost", "aborted", "timeout", "error"];
 
 /// Parses a metrics file with prometheus_client and prints every sample as JSON. Fails (never
 /// skips) when the parser is missing: a format check that silently passes proves nothing.
@@ -84,7 +84,7 @@ impl Metrics {
             .collect()
     }
 
-    /// Checks that `outcome` is 1 and the four others 0, each listed once.
+    /// Checks that `outcome` is 1 and the five others 0, each listed once.
     fn assert_outcome(&self, outcome: &str) {
         let mut seen: Vec<(String, f64)> = self
             .samples("lockrun_last_run_outcome")
