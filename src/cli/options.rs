@@ -126,7 +126,7 @@ pub struct Args {
     /// 2h); none by default.
     #[arg(long, env = "LOCKRUN_TIME_LIMIT", value_name = "DURATION",
           value_parser = parse_time_limit, allow_hyphen_values = true, hide_env_values = true,
-          help_heading = JOB)]
+          help_heading = JOB, hide_short_help = true)]
     pub time_limit: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL
