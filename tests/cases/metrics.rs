@@ -352,6 +352,32 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
 }
 
 #[test]
+fn metrics_timeout_when_the_time_limit_stops_the_job() {
+    let redis = Server::start();
+    let (dir, path) = metrics_dir();
+    // The job traps SIGTERM and exits 0: stopped at its limit all the same, no success.
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["--time-limit", "500ms", "--metrics-file"])
+        .arg(&path)
+        .args([
+            "limited",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 0' TERM; while :; do sleep 0.05; done",
+        ]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "limited");
+    assert_eq!(out.status.code(), Some(124), "{}", stderr_of(&out));
+    m.assert_outcome("timeout");
+    assert!(m.get("lockrun_last_run_held_seconds") >= 0.5);
+    assert!(m.get("lockrun_last_run_fence") > 0.0);
+    assert!(m.get("lockrun_job_last_end_timestamp_seconds") > 0.0);
+    assert!(!m
+        .families
+        .contains_key("lockrun_job_last_success_timestamp_seconds"));
+}
+
+#[test]
 fn metrics_a_job_that_kills_itself_ran_nobody_stopped_it() {
     let redis = Server::start();
     let (dir, path) = metrics_dir();

@@ -34,6 +34,7 @@ mod secrets;
 mod sentinel;
 mod server_refusals;
 pub(crate) mod supervision;
+mod time_limit;
 mod token_secrecy;
 mod unowned_keys;
 mod valkey;
