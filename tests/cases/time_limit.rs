@@ -339,6 +339,38 @@ fn time_limit_a_key_gone_at_release_makes_the_run_lost() {
     );
 }
 
+/// With `--on-lost continue` a job that lost its lock runs on, but not past its limit: 124,
+/// and the run is lost (the lost lock is the one to hear about).
+#[test]
+fn time_limit_still_stops_a_job_that_runs_on_after_losing_its_lock() {
+    let redis = Server::start();
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args([
+        "-t",
+        "1500ms",
+        "--on-lost",
+        "continue",
+        "--time-limit",
+        "2s",
+        "on-lost",
+        "--",
+        "sleep",
+        "30",
+    ])
+    .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = wait_for_line(&mut child, "redis lock acquired");
+    redis.cmd::<i64>(&["DEL", "on-lost"]);
+    lines.wait_for("--on-lost continue: the command keeps running without the lock");
+    let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+    let err = lines.rest();
+    assert_eq!(status.code(), Some(124), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(10), "{err}");
+    assert!(err.contains("time limit of 2s reached"), "{err}");
+    assert_eq!(history(&redis, "on-lost"), [entry("lost", 124)]);
+}
+
 /// `--time-limit` and `LOCKRUN_TIME_LIMIT`: 0, negative, empty on the line, garbage are usage
 /// errors, one line each, and nothing is locked.
 #[test]
