@@ -36,6 +36,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
         spread,
         conflict_exit_code,
         kill_after,
+        time_limit,
         on_lost,
         group,
         subreaper,
@@ -49,6 +50,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
             || std::process::id() == 1
             || nix::sys::prctl::get_child_subreaper().unwrap_or(false),
         kill_after,
+        time_limit,
         mask: signals.original_mask(),
     };
 

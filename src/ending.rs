@@ -23,7 +23,8 @@ pub struct JobEnd {
 }
 
 /// Why lockrun stopped the job. Several reasons can hold at once (a stop signal, then the lock
-/// lost); the one given is the first of: the lock, a signal, leftovers.
+/// lost); the one given is the lock if it is one, else whichever of a stop signal and the time
+/// limit came first, else leftovers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stopped {
     /// lockrun did not stop it: the command ended by itself, with no process left behind.
@@ -32,6 +33,8 @@ pub enum Stopped {
     Lock,
     /// A stop signal lockrun received and passed on to the job.
     Signal,
+    /// The command was still running when `--time-limit` ran out.
+    TimeLimit,
     /// The command exited and left processes that lockrun stopped.
     Leftovers,
 }
@@ -80,8 +83,10 @@ pub struct Ending {
 /// The exit code alone cannot tell "stopped from outside" from "finished": a job that traps
 /// SIGTERM exits with a code of its choosing (often 0), and one that kills itself with SIGTERM
 /// exits 143 with nobody having stopped it. So a signal is judged by what lockrun received,
-/// not by the code. A lost lock wins over a signal: it is the one an operator must hear about
-/// (the job may have run unprotected).
+/// not by the code. A lost lock wins over a signal and over the time limit: it is the one an
+/// operator must hear about (the job may have run unprotected). A job stopped at its time limit
+/// exits 124 whatever its status says (it may trap SIGTERM and exit 0, or need SIGKILL), as
+/// the time limit, not the job, ended it.
 pub fn decide(course: Course) -> Ending {
     let (code, outcome, lost) = match course {
         Course::Failed(code) => (code, Outcome::Error, false),
@@ -92,16 +97,18 @@ pub fn decide(course: Course) -> Ending {
             stop_received,
             key_gone,
         } => {
-            let stopped_for_lock = job.stopped == Stopped::Lock;
-            let lost = job.lock_lost || stopped_for_lock || key_gone;
-            let code = if stopped_for_lock {
-                ExitCode::LockLost
-            } else {
-                job.status
+            let lost = job.lock_lost || job.stopped == Stopped::Lock || key_gone;
+            let code = match job.stopped {
+                Stopped::Lock => ExitCode::LockLost,
+                Stopped::TimeLimit => ExitCode::TimedOut,
+                Stopped::No | Stopped::Signal | Stopped::Leftovers => job.status,
             };
             let outcome = match code {
                 ExitCode::LockLost => Outcome::Lost,
-                ExitCode::Command(_) | ExitCode::Signaled(_) if lost => Outcome::Lost,
+                ExitCode::TimedOut | ExitCode::Command(_) | ExitCode::Signaled(_) if lost => {
+                    Outcome::Lost
+                }
+                ExitCode::TimedOut => Outcome::Timeout,
                 ExitCode::Command(_) | ExitCode::Signaled(_) if stop_received => Outcome::Aborted,
                 ExitCode::Command(_) | ExitCode::Signaled(_) => Outcome::Ran,
                 _ => Outcome::Error,
@@ -157,18 +164,22 @@ impl Ending {
     /// again; else the tick is handed on to a standby. A job that exited by itself completed
     /// it, whatever its exit code: it ran, its failure is reported (exit code, history,
     /// alerts), and running a job that failed again on another host is not what a schedule
-    /// asked for. A job that did not get to its end did not: killed by a signal (the OOM
-    /// killer, an operator's kill), stopped because lockrun was told to stop (a node drained,
-    /// a unit stopped), its lock lost, or never started.
+    /// asked for. So did a job stopped by `--time-limit`: it had all the time it was given.
+    /// A job that did not get to its end did not: killed by a signal (the OOM killer, an
+    /// operator's kill), stopped because lockrun was told to stop (a node drained, a unit
+    /// stopped), its lock lost, or never started.
     pub fn completes_tick(&self) -> bool {
         match self.course {
             Course::Ran {
                 job, stop_received, ..
             } => {
-                matches!(job.status, ExitCode::Command(_))
-                    && matches!(job.stopped, Stopped::No | Stopped::Leftovers)
-                    && !stop_received
-                    && !self.lost
+                let ended = match job.stopped {
+                    Stopped::No | Stopped::Leftovers => matches!(job.status, ExitCode::Command(_)),
+                    // It had all the time it was given; another host's run would hang alike.
+                    Stopped::TimeLimit => true,
+                    Stopped::Lock | Stopped::Signal => false,
+                };
+                ended && !stop_received && !self.lost
             }
             Course::Failed(_) | Course::Skipped { .. } | Course::Aborted(_) => false,
         }
@@ -197,9 +208,9 @@ mod tests {
     }
 
     /// A job's ending as lockrun worked it out before `decide`, step by step: the supervisor's
-    /// code (76 while stopping for the lock), `record.lost` after the job, the key found gone
-    /// at release, and the metrics file's outcome (`outcome_of(code, record.lost,
-    /// stop_received)`).
+    /// code (76 while stopping for the lock, 124 for the time limit), `record.lost` after the
+    /// job, the key found gone at release, and the metrics file's outcome (`outcome_of(code,
+    /// record.lost, stop_received)`).
     fn before(
         status: ExitCode,
         stopped: Stopped,
@@ -207,10 +218,10 @@ mod tests {
         stop_received: bool,
         key_gone: bool,
     ) -> (ExitCode, Outcome, bool) {
-        let code = if stopped == Stopped::Lock {
-            LockLost
-        } else {
-            status
+        let code = match stopped {
+            Stopped::Lock => LockLost,
+            Stopped::TimeLimit => TimedOut,
+            _ => status,
         };
         let mut lost = lock_lost || code == LockLost;
         if key_gone {
@@ -219,11 +230,14 @@ mod tests {
         (code, outcome_of(code, lost, stop_received), lost)
     }
 
-    /// `metrics::outcome_of` as it was.
+    /// `metrics::outcome_of` as it was, and a time limit's: `lost` if the lock was lost too,
+    /// else `timeout`, whatever signal came after.
     fn outcome_of(code: ExitCode, lost: bool, stop_received: bool) -> Outcome {
         match code {
             Conflict(_) => Outcome::Skipped,
             LockLost => Outcome::Lost,
+            TimedOut if lost => Outcome::Lost,
+            TimedOut => Outcome::Timeout,
             Aborted(_) => Outcome::Aborted,
             Usage | Unavailable | Internal | IoError | OsError | NotExecutable | NotFound => {
                 Outcome::Error
@@ -263,6 +277,7 @@ mod tests {
             Stopped::No,
             Stopped::Lock,
             Stopped::Signal,
+            Stopped::TimeLimit,
             Stopped::Leftovers,
         ];
         for status in statuses {
@@ -280,7 +295,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(rows.len(), 7 + 5 + 4 + 5 * 4 * 2 * 2 * 2);
+        assert_eq!(rows.len(), 7 + 5 + 4 + 5 * 5 * 2 * 2 * 2);
         for (course, code, outcome, lost) in rows {
             if !matches!(course, Course::Ran { .. }) {
                 // No job ran: the outcome is the code's, whatever signal came.
@@ -344,6 +359,59 @@ mod tests {
             end(ran(plain(Command(0)), false, true)),
             (Command(0), Outcome::Lost, true)
         );
+    }
+
+    /// The time limit against the other reasons: the lost lock wins over it, it wins over a
+    /// stop signal that came after it (the supervisor says `Stopped::Signal` for one that came
+    /// before), and 124 stands whatever the job's status.
+    #[test]
+    fn a_time_limit_ends_124_timeout_unless_the_lock_was_lost() {
+        let end = |course| {
+            let e = decide(course);
+            (e.code, e.outcome, e.lost)
+        };
+        let limited = |status| job(status, Stopped::TimeLimit, false);
+        // It died of the SIGTERM, trapped it and exited 0, or needed SIGKILL.
+        for status in [Signaled(15), Command(0), Signaled(9)] {
+            assert_eq!(
+                end(ran(limited(status), false, false)),
+                (TimedOut, Outcome::Timeout, false),
+                "{status:?}"
+            );
+        }
+        // A stop signal after the limit: still the limit's ending.
+        assert_eq!(
+            end(ran(limited(Signaled(15)), true, false)),
+            (TimedOut, Outcome::Timeout, false)
+        );
+        // A stop signal before it: the supervisor says so, and the run is aborted.
+        assert_eq!(
+            end(ran(job(Signaled(15), Stopped::Signal, false), true, false)),
+            (Signaled(15), Outcome::Aborted, false)
+        );
+        // --on-lost continue, then the limit: 124, but lost.
+        assert_eq!(
+            end(ran(
+                job(Signaled(15), Stopped::TimeLimit, true),
+                false,
+                false
+            )),
+            (TimedOut, Outcome::Lost, true)
+        );
+        // --on-lost terminate: the lock's ending.
+        assert_eq!(
+            end(ran(job(Signaled(9), Stopped::Lock, true), false, false)),
+            (LockLost, Outcome::Lost, true)
+        );
+        // The key gone at release.
+        let timed_out = decide(ran(limited(Signaled(15)), false, false));
+        let gone = timed_out.key_gone();
+        assert_eq!(
+            (gone.code, gone.outcome, gone.lost),
+            (TimedOut, Outcome::Lost, true)
+        );
+        assert!(timed_out.outcome.lost_if_key_gone());
+        assert_eq!(timed_out.note(Duration::ZERO).exit_code, Some(124));
     }
 
     #[test]
@@ -445,6 +513,17 @@ mod tests {
             job(Command(0), Stopped::No, false),
             false,
             true
+        )));
+        // Stopped by --time-limit, whatever the SIGTERM made of it.
+        assert!(completes(ran(
+            job(Signaled(15), Stopped::TimeLimit, false),
+            false,
+            false
+        )));
+        assert!(completes(ran(
+            job(Command(0), Stopped::TimeLimit, false),
+            false,
+            false
         )));
         // Never started, stopped before the start, skipped.
         assert!(!completes(Course::Failed(NotFound)));

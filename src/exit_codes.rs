@@ -20,6 +20,8 @@ pub enum ExitCode {
     Conflict(u8),
     /// The lock was lost while the command ran; lockrun terminated it.
     LockLost,
+    /// The command ran past `--time-limit`; lockrun stopped it (124, as GNU `timeout` says).
+    TimedOut,
     /// Bad flags, durations, URLs, a missing command (EX_USAGE).
     Usage,
     /// Redis could not be reached or refused us before the command started (EX_UNAVAILABLE).
@@ -64,11 +66,12 @@ impl Summary {
 impl ExitCode {
     /// Every kind of ending once, in the order the docs list them. The values the variants carry
     /// stand for any: [`ExitCode::summary`] does not look at them.
-    pub const DOCUMENTED: [ExitCode; 12] = [
+    pub const DOCUMENTED: [ExitCode; 13] = [
         ExitCode::Command(0),
         ExitCode::Signaled(0),
         ExitCode::Conflict(DEFAULT_CONFLICT),
         ExitCode::LockLost,
+        ExitCode::TimedOut,
         ExitCode::Usage,
         ExitCode::Unavailable,
         ExitCode::Internal,
@@ -84,6 +87,7 @@ impl ExitCode {
             ExitCode::Command(c) | ExitCode::Conflict(c) => i32::from(c),
             ExitCode::Signaled(n) | ExitCode::Aborted(n) => 128 + n,
             ExitCode::LockLost => 76,
+            ExitCode::TimedOut => 124,
             ExitCode::Usage => 64,
             ExitCode::Unavailable => 69,
             ExitCode::Internal => 70,
@@ -107,6 +111,10 @@ impl ExitCode {
             LockLost => (
                 "lock lost",
                 "the lock was lost while the command ran: lockrun stopped it",
+            ),
+            TimedOut => (
+                "time limit reached",
+                "the command ran past --time-limit: lockrun stopped it",
             ),
             Usage => (
                 "usage error",
@@ -163,6 +171,7 @@ mod tests {
         assert_eq!(ExitCode::Conflict(DEFAULT_CONFLICT).code(), 75);
         assert_eq!(ExitCode::Conflict(0).code(), 0);
         assert_eq!(ExitCode::LockLost.code(), 76);
+        assert_eq!(ExitCode::TimedOut.code(), 124);
         assert_eq!(ExitCode::Usage.code(), 64);
         assert_eq!(ExitCode::Unavailable.code(), 69);
         assert_eq!(ExitCode::Internal.code(), 70);
@@ -183,17 +192,18 @@ mod tests {
             Signaled(_) => 1,
             Conflict(_) => 2,
             LockLost => 3,
-            Usage => 4,
-            Unavailable => 5,
-            Internal => 6,
-            OsError => 7,
-            IoError => 8,
-            NotExecutable => 9,
-            NotFound => 10,
-            Aborted(_) => 11,
+            TimedOut => 4,
+            Usage => 5,
+            Unavailable => 6,
+            Internal => 7,
+            OsError => 8,
+            IoError => 9,
+            NotExecutable => 10,
+            NotFound => 11,
+            Aborted(_) => 12,
         };
         let places: Vec<usize> = ExitCode::DOCUMENTED.into_iter().map(place).collect();
-        assert_eq!(places, (0..12).collect::<Vec<_>>());
+        assert_eq!(places, (0..13).collect::<Vec<_>>());
         for c in ExitCode::DOCUMENTED {
             let s = c.summary();
             assert!(!s.meaning.is_empty() && !s.brief.is_empty(), "{c:?}");

@@ -16,11 +16,12 @@ pub use crate::lock::Outcome;
 
 /// The outcomes the `outcome` label takes, in the order the file lists them (`released` is
 /// an operator's action in a key's history, never how a run ends).
-pub const OUTCOMES: [Outcome; 5] = [
+pub const OUTCOMES: [Outcome; 6] = [
     Outcome::Ran,
     Outcome::Skipped,
     Outcome::Lost,
     Outcome::Aborted,
+    Outcome::Timeout,
     Outcome::Error,
 ];
 
@@ -497,6 +498,7 @@ lockrun_last_run_outcome{key=\"nightly\",outcome=\"ran\"} 1
 lockrun_last_run_outcome{key=\"nightly\",outcome=\"skipped\"} 0
 lockrun_last_run_outcome{key=\"nightly\",outcome=\"lost\"} 0
 lockrun_last_run_outcome{key=\"nightly\",outcome=\"aborted\"} 0
+lockrun_last_run_outcome{key=\"nightly\",outcome=\"timeout\"} 0
 lockrun_last_run_outcome{key=\"nightly\",outcome=\"error\"} 0
 # HELP lockrun_last_run_exit_code lockrun's own exit code in the last run.
 # TYPE lockrun_last_run_exit_code gauge
@@ -568,7 +570,7 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
                 text.lines()
                     .filter(|l| l.starts_with("lockrun_last_run_outcome{"))
                     .count(),
-                5
+                6
             );
         }
     }
@@ -582,7 +584,7 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
         assert_eq!(escape_label_value("t\t{x},ü"), "t\t{x},ü");
         let text = render(&record("we\"ird\\\nkey"));
         assert!(text.contains("lockrun_last_run_fence{key=\"we\\\"ird\\\\\\nkey\"} 42\n"));
-        assert_eq!(text.lines().count(), 5 + 2 + 8 * 3, "no line was split");
+        assert_eq!(text.lines().count(), 6 + 2 + 8 * 3, "no line was split");
     }
 
     /// The ending of a job that ran and exited with `status`; `lost`: with `--on-lost
@@ -596,6 +598,20 @@ lockrun_last_run_end_timestamp_seconds{key=\"nightly\"} 1700000004
         decide(Course::Ran {
             job,
             stop_received,
+            key_gone: false,
+        })
+    }
+
+    /// The ending of a job stopped at its time limit, which then ended with `status`.
+    fn timed_out(status: ExitCode) -> Ending {
+        let job = JobEnd {
+            status,
+            stopped: Stopped::TimeLimit,
+            lock_lost: false,
+        };
+        decide(Course::Ran {
+            job,
+            stop_received: false,
             key_gone: false,
         })
     }
@@ -638,6 +654,8 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
             (ran(ExitCode::Command(1), false, false), false),
             (ran(ExitCode::Command(0), true, false), false),
             (skipped, false),
+            // Stopped at its time limit: it trapped SIGTERM and exited 0, yet did not finish.
+            (timed_out(ExitCode::Command(0)), false),
         ] {
             let mut r = RunRecord::begin("k");
             r.finish(&ending);

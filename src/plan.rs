@@ -47,6 +47,8 @@ pub struct Plan {
     pub spread: Duration,
     pub conflict_exit_code: u8,
     pub kill_after: Duration,
+    /// `--time-limit`: how long the command may run.
+    pub time_limit: Option<Duration>,
     pub on_lost: OnLost,
     /// Run the command in its own process group (not `--no-group`).
     pub group: bool,
@@ -87,6 +89,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
         spread,
         conflict_exit_code: args.conflict_exit_code,
         kill_after: args.kill_after,
+        time_limit: args.time_limit,
         on_lost: args.on_lost,
         group: !args.no_group,
         subreaper: args.subreaper,

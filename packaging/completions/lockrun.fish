@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= every= standby spread= min-hold= history= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
+    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -32,6 +32,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l every -d 'The job\'s pe
 complete -c lockrun -n "__fish_lockrun_needs_command" -l spread -d 'With --every: wait a random time up to DURATION before trying, so that the hosts take turns running the ticks' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l time-limit -d 'Stop the command after this long (exit 124)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace between SIGTERM and SIGKILL' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
@@ -148,6 +149,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l every -d 'The jo
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l spread -d 'With --every: wait a random time up to DURATION before trying, so that the hosts take turns running the ticks' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l time-limit -d 'Stop the command after this long (exit 124)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l kill-after -d 'Grace between SIGTERM and SIGKILL' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"

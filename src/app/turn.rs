@@ -6,8 +6,7 @@ use crate::duration::{Human, Wait};
 use crate::ending::{decide, Course, Ending};
 use crate::exit_codes::ExitCode;
 use crate::lock::{
-    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Outcome,
-    Release,
+    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release,
 };
 use crate::metrics::RunRecord;
 use crate::signals::{self, Signals};
@@ -459,7 +458,7 @@ async fn release<L: LockService>(
             info!(key = %spec.key, kept_for = %Human(d), "redis lock released (key kept for the rest of the hold)")
         }
         // After a job: it ran without the lock for a while (`take_turns` makes the run `lost`).
-        Ok(Release::NotOwner) if note.is_some_and(|n| n.outcome == Outcome::Ran) => {
+        Ok(Release::NotOwner) if note.is_some_and(|n| n.outcome.lost_if_key_gone()) => {
             error!(key = %spec.key, "redis lock lost: the key was gone or another holder's at release (expired, or deleted by release --force); the job ran without it for a while");
             return Released::Gone;
         }
@@ -478,6 +477,7 @@ mod tests {
     //! The lock's part of a run against a fake lock and a fake source of stop signals, on
     //! paused time: each case takes milliseconds, however long the waits it goes through.
     use super::*;
+    use crate::lock::Outcome;
     use std::collections::VecDeque;
 
     /// The errors the fake answers with, made in one place.

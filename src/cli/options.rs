@@ -142,6 +142,17 @@ pub struct Args {
           help_heading = LOCK, hide_short_help = true)]
     pub history: u32,
 
+    /// Stop the command after this long (exit 124)
+    ///
+    /// Counted from the command's start: a --wait is not part of it. When it runs out, the job's
+    /// process group gets SIGTERM, and SIGKILL after --kill-after; the lock is released once
+    /// every process of the job is gone, and the run is recorded as timeout. More than 0 (10m,
+    /// 2h); none by default.
+    #[arg(long, env = "LOCKRUN_TIME_LIMIT", value_name = "DURATION",
+          value_parser = parse_time_limit, allow_hyphen_values = true, hide_env_values = true,
+          help_heading = JOB, hide_short_help = true)]
+    pub time_limit: Option<Duration>,
+
     /// Grace between SIGTERM and SIGKILL
     ///
     /// Used whenever lockrun has to stop the command; at most TTL/3 when the lock is being lost.
@@ -382,6 +393,14 @@ fn parse_every(s: &str) -> Result<Duration, String> {
     let d = duration::parse(s)?;
     if d < MIN_EVERY || d > MAX_EVERY {
         return Err("--every must be between 2s and 366d".into());
+    }
+    Ok(d)
+}
+
+fn parse_time_limit(s: &str) -> Result<Duration, String> {
+    let d = duration::parse(s)?;
+    if d.is_zero() {
+        return Err("--time-limit must be more than 0 (leave it out for no limit)".into());
     }
     Ok(d)
 }

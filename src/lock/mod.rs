@@ -71,6 +71,8 @@ pub enum Outcome {
     Lost,
     /// lockrun was told to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT) while waiting or running.
     Aborted,
+    /// The command ran past `--time-limit` and lockrun stopped it.
+    Timeout,
     /// Acquired, but the command could not be started (not found, not executable, too late).
     Error,
     /// An operator deleted the lock (`lockrun release --force`).
@@ -84,9 +86,17 @@ impl Outcome {
             Outcome::Skipped => "skipped",
             Outcome::Lost => "lost",
             Outcome::Aborted => "aborted",
+            Outcome::Timeout => "timeout",
             Outcome::Error => "error",
             Outcome::Released => "released",
         }
+    }
+
+    /// Whether a run that ended so, and whose release then finds its key gone or another
+    /// holder's, is `lost` instead: its job ran to that end, for a while without the lock.
+    /// `note` in prelude.lua rewrites the history entry by the same rule.
+    pub fn lost_if_key_gone(self) -> bool {
+        matches!(self, Outcome::Ran | Outcome::Timeout)
     }
 }
 

@@ -38,8 +38,9 @@ pub async fn run(
 /// Newest first, each run once. One run can be recorded more than once: a release retried
 /// after its reply was lost (the retry finds the key gone and says "lost"), or several masters
 /// (Redlock) each recording it, one of them maybe "skipped" (held there while a majority
-/// granted it) or "lost" (its copy expired). A run's entries share its id; the one kept says
-/// what the run did: ran, then aborted/error/released, then lost, then skipped.
+/// granted it) or "lost" (its copy expired; a run that ran or timed out is recorded so where
+/// its key was gone at release). A run's entries share its id; the one kept says what the run
+/// did: ran, then timeout/aborted/error/released, then lost, then skipped.
 fn merge(lists: Vec<Vec<Entry>>, count: usize) -> Vec<Entry> {
     let rank = |e: &Entry| match e.get("outcome") {
         Some("ran") => 0,
@@ -141,6 +142,15 @@ mod tests {
             .map(|e| (e.time_ms, e.get("outcome").unwrap()))
             .collect();
         assert_eq!(shown, [(3, "ran"), (1, "skipped")]);
+        // A timed-out run on three masters, one of whose copies had expired.
+        let masters = vec![
+            vec![entry(4, "t", "lost")],
+            vec![entry(4, "t", "timeout")],
+            vec![entry(4, "t", "timeout")],
+        ];
+        let merged = merge(masters, 10);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].get("outcome"), Some("timeout"));
         assert_eq!(
             merge(vec![vec![entry(5, "a", "ran"), entry(4, "b", "ran")]], 1).len(),
             1

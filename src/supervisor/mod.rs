@@ -38,6 +38,8 @@ pub struct Options {
     /// Reap every child we get, adopted orphans included (PID 1 or --subreaper).
     pub reap_all: bool,
     pub kill_after: Duration,
+    /// `--time-limit`: how long the command may run, from its start.
+    pub time_limit: Option<Duration>,
     /// The signal mask lockrun was started with, given back to the command.
     pub mask: libc::sigset_t,
 }
@@ -64,6 +66,9 @@ pub trait Processes {
     fn group(&self) -> bool;
     /// `--kill-after`: from SIGTERM to SIGKILL.
     fn kill_after(&self) -> Duration;
+    /// `--time-limit`: how long the command may run, from its start (about now: the
+    /// supervision begins as soon as it is started).
+    fn time_limit(&self) -> Option<Duration>;
     /// Collects exit statuses without blocking.
     fn reap(&mut self);
     /// The command's exit status, once collected.
@@ -110,6 +115,8 @@ enum Why {
     /// A stop request from outside (SIGTERM from kubelet, systemd, docker stop; SIGINT,
     /// SIGHUP, SIGQUIT), passed on to the job.
     Signal(i32),
+    /// The command ran past `--time-limit`.
+    TimeLimit,
     /// The command exited and its process group lives on (or processes it left, adopted by
     /// lockrun): draining.
     Leftovers,
@@ -153,13 +160,18 @@ impl JobState {
         self.stopping_for(Why::Lock)
     }
 
-    /// Why the job was stopped, for its ending: the lock first (the run ends 76), then a stop
-    /// signal, then leftovers.
+    /// Why the job was stopped, for its ending: the lock first (the run ends 76), then
+    /// whichever of a stop signal and the time limit came first, then leftovers.
     fn stopped(&self) -> Stopped {
+        let first_stop = self.stopping.iter().find_map(|(why, _)| match why {
+            Why::Signal(_) => Some(Stopped::Signal),
+            Why::TimeLimit => Some(Stopped::TimeLimit),
+            Why::Lock | Why::Leftovers => None,
+        });
         if self.losing() {
             Stopped::Lock
-        } else if self.stopping_for(Why::Signal(0)) {
-            Stopped::Signal
+        } else if let Some(stopped) = first_stop {
+            stopped
         } else if self.stopping_for(Why::Leftovers) {
             Stopped::Leftovers
         } else {
@@ -210,6 +222,9 @@ struct Supervision<'d, P> {
     /// `--on-lost terminate`.
     terminate: bool,
     kill_after: Duration,
+    /// `--time-limit` and the moment it runs out, counted from the supervision's start (the
+    /// command's); `None` without the option, and then nothing of it is ever looked at.
+    limit: Option<(Duration, Instant)>,
     /// The watchdog found the lock lost (it is not listened to again).
     lost_seen: bool,
 }
@@ -218,6 +233,7 @@ impl<'d, P: Processes> Supervision<'d, P> {
     fn new(job: P, deadline: Option<&'d Deadline>, terminate: bool) -> Self {
         Supervision {
             kill_after: job.kill_after(),
+            limit: job.time_limit().map(|l| (l, Instant::now() + l)),
             job,
             state: JobState::default(),
             deadline,
@@ -237,10 +253,12 @@ impl<'d, P: Processes> Supervision<'d, P> {
     fn due(&mut self, now: Instant) -> Option<Instant> {
         self.leftovers(now);
         self.lock_deadline(now);
+        self.time_limit(now);
         let kill_by = self.state.kill_by(self.deadline);
         self.kill(now, kill_by);
-        // The next moment something is due: stopping for the lock, SIGKILL, or a look at a
-        // group whose members are not our children (no SIGCHLD tells us they are gone).
+        // The next moment something is due: stopping for the lock or the time limit, SIGKILL,
+        // or a look at a group whose members are not our children (no SIGCHLD tells us they
+        // are gone).
         let state = &self.state;
         let polling =
             (self.job.status().is_some() || state.term_sent) && !self.job.ends_with_sigchld();
@@ -248,6 +266,7 @@ impl<'d, P: Processes> Supervision<'d, P> {
             self.deadline
                 .filter(|_| self.terminate && !state.losing())
                 .map(|d| state.term_at(d)),
+            self.limit_pending(),
             kill_by.map(|(at, _)| at).filter(|_| !state.killed),
             polling.then(|| now + GROUP_POLL),
         ]
@@ -309,6 +328,40 @@ impl<'d, P: Processes> Supervision<'d, P> {
             error!(left = %Human(d.get().saturating_duration_since(now)), grace = %Human(d.grace()),
                    "redis lock lost: no renewal confirmed in time; stopping the job before its lease can expire");
         }
+    }
+
+    /// When the time limit runs out, while it still can stop the job: the command runs and
+    /// nothing stops it yet. A command that exited under the limit is judged by its own code
+    /// (leftovers are already stopped by then), and a job that a stop signal or the lock is
+    /// already stopping ends for that reason: the limit is not reached for it.
+    fn limit_pending(&self) -> Option<Instant> {
+        let (_, at) = self.limit?;
+        let state = &self.state;
+        let stopping = state.losing()
+            || state.stopping_for(Why::Signal(0))
+            || state.stopping_for(Why::TimeLimit);
+        (self.job.status().is_none() && !stopping).then_some(at)
+    }
+
+    /// With `--time-limit`: a command still running when the limit runs out gets SIGTERM (its
+    /// whole group), and SIGKILL after `--kill-after`.
+    fn time_limit(&mut self, now: Instant) {
+        let Some(at) = self.limit_pending() else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        let (job, state) = (&self.job, &mut self.state);
+        // Signal first, log after: the limit is the moment, and nothing may delay it.
+        if !state.term_sent {
+            job.signal(To::Job, libc::SIGTERM);
+            state.term_sent = true;
+        }
+        state.stop(Why::TimeLimit, KillAt::At(now + self.kill_after));
+        let limit = self.limit.map_or(Duration::ZERO, |(l, _)| l);
+        warn!(kill_after = %Human(self.kill_after),
+              "time limit of {} reached; stopping the job", Human(limit));
     }
 
     /// SIGKILL, once, when the earliest reason's moment has come.
@@ -401,6 +454,10 @@ impl<'d, P: Processes> Supervision<'d, P> {
 /// only once the whole job is gone. The lock keeps being renewed meanwhile (the guard's future
 /// is still polled), and also while the job shuts down after a loss: a renewal confirmed then
 /// moves the SIGKILL later, so the job gets its grace whenever the lease allows it.
+///
+/// With `--time-limit`, a command still running when it runs out is stopped the same way
+/// (SIGTERM, SIGKILL after `--kill-after`), and its end says [`Stopped::TimeLimit`], unless a
+/// stop signal or the lock was stopping it already.
 ///
 /// A stop request from outside is passed on to the job, which has `--kill-after` to end before
 /// its group gets SIGKILL. Without this a job that ignores the signal ran to its natural end,

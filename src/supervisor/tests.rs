@@ -35,6 +35,24 @@ fn sigkill_comes_at_the_earliest_reason_and_names_a_stop_signal() {
     assert_eq!(state.kill_by(None), Some((s(2), None)));
 }
 
+#[test]
+fn the_first_of_a_stop_signal_and_the_time_limit_is_why_the_job_was_stopped() {
+    let now = Instant::now();
+    let at = KillAt::At(now + KILL_AFTER);
+    let mut limit_first = JobState::default();
+    limit_first.stop(Why::Leftovers, at);
+    limit_first.stop(Why::TimeLimit, at);
+    limit_first.stop(Why::Signal(libc::SIGTERM), at);
+    assert_eq!(limit_first.stopped(), Stopped::TimeLimit);
+    let mut signal_first = JobState::default();
+    signal_first.stop(Why::Signal(libc::SIGTERM), at);
+    signal_first.stop(Why::TimeLimit, at);
+    assert_eq!(signal_first.stopped(), Stopped::Signal);
+    // The lock wins over both.
+    limit_first.stop(Why::Lock, at);
+    assert_eq!(limit_first.stopped(), Stopped::Lock);
+}
+
 /// One process of the fake job. The first one of a [`World`] is the command.
 #[derive(Clone, Debug)]
 struct Proc {
@@ -134,6 +152,8 @@ struct World {
     looks: u32,
     /// Signals lockrun receives from outside, in order: when, which.
     incoming: VecDeque<(Instant, Received)>,
+    /// `--time-limit`.
+    time_limit: Option<Duration>,
 }
 
 impl World {
@@ -148,7 +168,13 @@ impl World {
             sent: Vec::new(),
             looks: 0,
             incoming: VecDeque::new(),
+            time_limit: None,
         }
+    }
+
+    fn time_limit(mut self, limit: Duration) -> World {
+        self.time_limit = Some(limit);
+        self
     }
 
     fn with(mut self, p: Proc) -> World {
@@ -210,6 +236,9 @@ impl Processes for TestJob {
     }
     fn kill_after(&self) -> Duration {
         KILL_AFTER
+    }
+    fn time_limit(&self) -> Option<Duration> {
+        self.0.borrow().time_limit
     }
     fn reap(&mut self) {
         let mut w = self.0.borrow_mut();
@@ -599,4 +628,170 @@ async fn an_adopted_process_that_never_dies_is_waited_for_without_looking() {
     assert_eq!(w.sent.len(), 2, "{:?}", w.sent);
     // lockrun has a child: its end will come as a SIGCHLD; until then lockrun only sleeps.
     assert!(w.looks <= 4, "{} looks", w.looks);
+}
+
+/// A supervision of a job with a time limit, given 10 minutes (of paused time) to end: a job
+/// that nothing stops fails the test instead of hanging it.
+async fn supervise_limited(world: World, lock: Option<Lock<'_>>) -> Ran {
+    tokio::time::timeout(SECS(600), supervise_fake(world, lock))
+        .await
+        .expect("the job was never stopped")
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_time_limit_the_group_gets_sigterm_then_sigkill_after_kill_after() {
+    // The command ignores SIGTERM.
+    let world = World::new(Proc::member(), 0).time_limit(SECS(5));
+    let ran = supervise_limited(world, None).await;
+    assert_eq!(
+        ran.sent(),
+        [(SECS(5), To::Job, TERM), (SECS(15), To::Leftovers, KILL)]
+    );
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Signaled(KILL), Stopped::TimeLimit, false)
+    );
+    assert_eq!(ran.took, SECS(15));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_ends_on_the_limits_sigterm_gets_no_sigkill() {
+    // It traps SIGTERM and exits 0: stopped all the same.
+    let world = World::new(Proc::member().ends_on_term_after(MS(300)), 0).time_limit(SECS(5));
+    let ran = supervise_limited(world, None).await;
+    assert_eq!(ran.sent(), [(SECS(5), To::Job, TERM)]);
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Command(0), Stopped::TimeLimit, false)
+    );
+    assert_eq!(ran.took, MS(5300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_left_after_the_limit_is_killed_after_kill_after_from_the_limit() {
+    // The command ends on SIGTERM; a member of its group ignores it.
+    let world = World::new(Proc::member().ends_on_term_after(MS(100)), 0)
+        .with(Proc::member())
+        .time_limit(SECS(5));
+    let ran = supervise_limited(world, None).await;
+    assert_eq!(
+        ran.sent(),
+        [
+            (SECS(5), To::Job, TERM),
+            // The group had its SIGTERM: only adopted processes (none here) get one.
+            (MS(5100), To::Adopted, TERM),
+            (SECS(15), To::Leftovers, KILL),
+        ]
+    );
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Command(0), Stopped::TimeLimit, false)
+    );
+    assert!(
+        ran.took >= SECS(15) && ran.took <= SECS(15) + GROUP_POLL,
+        "{:?}",
+        ran.took
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_command_that_exits_just_before_or_at_the_limit_ends_with_its_own_code() {
+    for ends in [SECS(5) - MS(1), SECS(5)] {
+        let world = World::new(Proc::member().ends_after(ends), 3).time_limit(SECS(5));
+        let ran = supervise_limited(world, None).await;
+        assert!(ran.sent().is_empty(), "{ends:?}: {:?}", ran.sent());
+        assert_eq!(ran.end, end(ExitCode::Command(3), Stopped::No, false));
+        assert_eq!(ran.took, ends);
+        // The limit adds no look at the job: one at the start, one at the SIGCHLD.
+        assert_eq!(ran.looks(), 2, "{ends:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leftovers_of_a_command_that_exited_under_the_limit_are_not_a_timeout() {
+    let world = World::new(Proc::member().ends_after(SECS(4)), 3)
+        .with(Proc::member())
+        .time_limit(SECS(5));
+    let ran = supervise_limited(world, None).await;
+    // The leftovers' own SIGTERM and SIGKILL, nothing at the limit.
+    assert_eq!(
+        ran.sent(),
+        [
+            (SECS(4), To::Leftovers, TERM),
+            (SECS(14), To::Leftovers, KILL)
+        ]
+    );
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Command(3), Stopped::Leftovers, false)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_signal_before_the_limit_decides_and_the_limit_adds_nothing() {
+    let world = World::new(Proc::member(), 0)
+        .time_limit(SECS(5))
+        .receives(SECS(2), TERM, false);
+    let ran = supervise_limited(world, None).await;
+    assert_eq!(
+        ran.sent(),
+        [(SECS(2), To::Job, TERM), (SECS(12), To::Leftovers, KILL)]
+    );
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Signaled(KILL), Stopped::Signal, false)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_signal_after_the_limit_is_passed_on_and_the_limit_decides() {
+    let world = World::new(Proc::member(), 0)
+        .time_limit(SECS(5))
+        .receives(SECS(7), TERM, false);
+    let ran = supervise_limited(world, None).await;
+    // SIGKILL stays at the limit's moment plus --kill-after.
+    assert_eq!(
+        ran.sent(),
+        [
+            (SECS(5), To::Job, TERM),
+            (SECS(7), To::Job, TERM),
+            (SECS(15), To::Leftovers, KILL)
+        ]
+    );
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Signaled(KILL), Stopped::TimeLimit, false)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_on_lost_continue_the_limit_still_stops_the_job() {
+    let d = deadline();
+    let world = World::new(Proc::member().ends_on_term_after(MS(100)), 0).time_limit(SECS(5));
+    let lock = Lock {
+        lost: Some((SECS(2), Lost::NotOwner)),
+        deadline: &d,
+        terminate: false,
+    };
+    let ran = supervise_limited(world, Some(lock)).await;
+    assert_eq!(ran.sent(), [(SECS(5), To::Job, TERM)]);
+    // The ending is the lock's to say (lost), with the limit's code: see ending.rs.
+    assert_eq!(ran.end, end(ExitCode::Command(0), Stopped::TimeLimit, true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_being_lost_before_the_limit_keeps_its_own_moments() {
+    let d = deadline();
+    let world = World::new(Proc::member(), 0).time_limit(SECS(7));
+    let lock = Lock {
+        lost: Some((SECS(5), Lost::NotOwner)),
+        deadline: &d,
+        terminate: true,
+    };
+    let ran = supervise_limited(world, Some(lock)).await;
+    assert_eq!(
+        ran.sent(),
+        [(SECS(5), To::Job, TERM), (SECS(15), To::Leftovers, KILL)]
+    );
+    assert_eq!(ran.end, end(ExitCode::Signaled(KILL), Stopped::Lock, true));
 }

@@ -53,12 +53,13 @@ fn alerting_rules_pass_promtool_and_their_unit_tests() {
         stderr_of(&out)
     );
     assert!(
-        stdout_of(&out).contains("SUCCESS: 9 rules found"),
+        stdout_of(&out).contains("SUCCESS: 10 rules found"),
         "{}",
         stdout_of(&out)
     );
     // The unit tests: healthy jobs of each schedule are silent, a stopped one fires after its
-    // own period and a half, failed / lost / aborted / unavailable fire (see the file).
+    // own period and a half, failed / lost / aborted / timed out / unavailable fire (see the
+    // file).
     let mut test = promtool();
     test.current_dir(rules_dir())
         .args(["test", "rules", "lockrun.rules.test.yml"]);
@@ -72,17 +73,24 @@ fn alerting_rules_pass_promtool_and_their_unit_tests() {
     assert!(stdout_of(&out).contains("SUCCESS"), "{}", stdout_of(&out));
 }
 
+/// The outcomes [`write_files`] writes a file of, in its order.
+const WRITTEN: [&str; 4] = ["ran", "skipped", "timeout", "error"];
+
 /// Metrics files, all with --every 1m and written under umask 077: a run that ran the job
 /// (key `<prefix>-ran`), one that skipped it (`<prefix>-skipped`, held by an earlier run's
-/// hold) and one that could not start it (`<prefix>-error`), as `dir/<outcome>.prom`. One key
-/// per file, as node_exporter wants (two files with the same series fail its scrape).
+/// hold), one stopped at its time limit (`<prefix>-timeout`) and one that could not start it
+/// (`<prefix>-error`), as `dir/<outcome>.prom`. One key per file, as node_exporter wants (two
+/// files with the same series fail its scrape).
 fn write_files(redis: &Server, dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for (outcome, command) in [
-        ("ran", "true"),
-        ("skipped", "true"),
-        ("error", "/nonexistent/job"),
-    ] {
+    // Each one's options beyond the common ones, and its command.
+    let runs: [(&[&str], &str); 4] = [
+        (&[], "true"),
+        (&[], "true"),
+        (&["--time-limit", "200ms"], "sleep 30"),
+        (&[], "/nonexistent/job"),
+    ];
+    for (outcome, (options, command)) in WRITTEN.into_iter().zip(runs) {
         let key = format!("{prefix}-{outcome}");
         if outcome == "skipped" {
             let mut holder = Lockrun::on(redis);
@@ -97,7 +105,9 @@ fn write_files(redis: &Server, dir: &Path, prefix: &str) -> Vec<PathBuf> {
             .arg(redis.url())
             .arg("--metrics-file")
             .arg(&path)
-            .args([&key, "--", command]);
+            .args(options)
+            .args([&key, "--"])
+            .args(command.split(' '));
         from_a_clean_caller(&mut cmd);
         let out = run(cmd);
         let text = std::fs::read_to_string(&path)
@@ -230,7 +240,7 @@ fn alerting_node_exporter_scrapes_what_lockrun_wrote_under_umask_077() {
         body.lines().any(|l| l == "node_textfile_scrape_error 0"),
         "{body}"
     );
-    for (f, outcome) in files.iter().zip(["ran", "skipped", "error"]) {
+    for (f, outcome) in files.iter().zip(WRITTEN) {
         assert!(
             body.contains(&format!(
                 "node_textfile_mtime_seconds{{file=\"{}\"}}",
@@ -247,8 +257,9 @@ fn alerting_node_exporter_scrapes_what_lockrun_wrote_under_umask_077() {
             assert!(body.lines().any(|l| l == series), "{series}: {body}");
         }
     }
-    // The run and the skip know when the job last started (the skip: the holder's start); only
-    // the run succeeded; the run that could not start the command knows neither.
+    // The run, the skip and the run stopped at its time limit know when the job last started
+    // (the skip: the holder's start); only the run succeeded; the run that could not start the
+    // command knows neither.
     let has = |family: &str, outcome: &str| {
         body.contains(&format!("{family}{{key=\"scraped-{outcome}\"}} "))
     };
@@ -257,6 +268,10 @@ fn alerting_node_exporter_scrapes_what_lockrun_wrote_under_umask_077() {
     assert!(has(started, "ran") && has(succeeded, "ran"), "{body}");
     assert!(
         has(started, "skipped") && !has(succeeded, "skipped"),
+        "{body}"
+    );
+    assert!(
+        has(started, "timeout") && !has(succeeded, "timeout"),
         "{body}"
     );
     assert!(!has(started, "error") && !has(succeeded, "error"), "{body}");

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const OUTCOMES: [&str; 5] = ["ran", "skipped", "lost", "aborted", "error"];
+const OUTCOMES: [&str; 6] = ["ran", "skipped", "lost", "aborted", "timeout", "error"];
 
 /// Parses a metrics file with prometheus_client and prints every sample as JSON. Fails (never
 /// skips) when the parser is missing: a format check that silently passes proves nothing.
@@ -84,7 +84,7 @@ impl Metrics {
             .collect()
     }
 
-    /// Checks that `outcome` is 1 and the four others 0, each listed once.
+    /// Checks that `outcome` is 1 and the five others 0, each listed once.
     fn assert_outcome(&self, outcome: &str) {
         let mut seen: Vec<(String, f64)> = self
             .samples("lockrun_last_run_outcome")
@@ -349,6 +349,32 @@ fn metrics_aborted_by_sigterm_while_the_job_runs_or_while_waiting() {
     assert_eq!(m.get("lockrun_last_run_fence"), 0.0);
     assert_eq!(m.get("lockrun_last_run_held_seconds"), 0.0);
     assert_only_the_file(dir.path());
+}
+
+#[test]
+fn metrics_timeout_when_the_time_limit_stops_the_job() {
+    let redis = Server::start();
+    let (dir, path) = metrics_dir();
+    // The job traps SIGTERM and exits 0: stopped at its limit all the same, no success.
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["--time-limit", "500ms", "--metrics-file"])
+        .arg(&path)
+        .args([
+            "limited",
+            "--",
+            "sh",
+            "-c",
+            "trap 'exit 0' TERM; while :; do sleep 0.05; done",
+        ]);
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "limited");
+    assert_eq!(out.status.code(), Some(124), "{}", stderr_of(&out));
+    m.assert_outcome("timeout");
+    assert!(m.get("lockrun_last_run_held_seconds") >= 0.5);
+    assert!(m.get("lockrun_last_run_fence") > 0.0);
+    assert!(m.get("lockrun_job_last_end_timestamp_seconds") > 0.0);
+    assert!(!m
+        .families
+        .contains_key("lockrun_job_last_success_timestamp_seconds"));
 }
 
 #[test]

@@ -35,6 +35,7 @@ mod sentinel;
 mod server_refusals;
 mod standby;
 pub(crate) mod supervision;
+mod time_limit;
 mod token_secrecy;
 mod unowned_keys;
 mod valkey;

@@ -98,15 +98,18 @@ end
 
 -- A run's entry in the key's history (`lockrun history`), from ARGV[first] on: the cap (0:
 -- record nothing), then field/value pairs. `lost`: the run no longer held the key at its end,
--- whatever the caller thought; a run that "ran" is then recorded as lost (its lock was deleted
--- or expired under it). `refresh`: see `append`.
+-- whatever the caller thought; a run whose job ran ("ran", or "timeout": stopped at its time
+-- limit) is then recorded as lost (its lock was deleted or expired under it; the same rule as
+-- `Outcome::lost_if_key_gone`). `refresh`: see `append`.
 local function note(h, first, lost, refresh)
   local cap = tonumber(ARGV[first])
   if not cap or cap <= 0 then return end
   local fields = {unpack(ARGV, first + 1)}
   if lost then
     for i = 1, #fields - 1, 2 do
-      if fields[i] == 'outcome' and fields[i + 1] == 'ran' then fields[i + 1] = 'lost' end
+      if fields[i] == 'outcome' and (fields[i + 1] == 'ran' or fields[i + 1] == 'timeout') then
+        fields[i + 1] = 'lost'
+      end
     end
   end
   append(h, cap, fields, refresh)
