@@ -62,7 +62,7 @@ static MAIN_PID: AtomicI32 = AtomicI32::new(-1);
 /// ever full (thousands of unread signals) the byte pair is dropped: SIGCHLD is level-checked
 /// by reaping in a loop anyway, and forwarding a storm of duplicates loses nothing.
 extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: only async-signal-safe calls; errno is saved and restored so the stop_received
+    // SAFETY: only async-signal-safe calls; errno is saved and restored so the interrupted
     // code never sees it change.
     unsafe {
         let errno = *libc::__errno_location();
