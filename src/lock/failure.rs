@@ -199,6 +199,10 @@ pub enum Misuse {
     SpoiledFence { helper: String },
     /// A waiter queue key is not a sorted set.
     SpoiledQueue { helper: String },
+    /// The set of a lock's shared holders is not one lockrun wrote.
+    SpoiledShared { helper: String },
+    /// A nested exclusive lockrun of a key an enclosing lockrun holds in shared mode.
+    NoUpgrade { key: String },
     /// The history key is not a stream.
     SpoiledHistory { key: String, helper: String },
     /// On a Cluster, a key whose helper keys cannot share its slot.
@@ -526,6 +530,16 @@ fn misuse(f: &mut fmt::Formatter<'_>, misuse: &Misuse, server: &str) -> fmt::Res
         Misuse::SpoiledQueue { helper } => write!(
             f,
             "the waiter queue key '{helper}' is not a sorted set (changed by hand?); delete it"
+        ),
+        Misuse::SpoiledShared { helper } => write!(
+            f,
+            "the shared holders' key '{helper}' is not a lockrun sorted set (changed by hand?); delete it"
+        ),
+        Misuse::NoUpgrade { key } => write!(
+            f,
+            "key '{key}' is held in shared mode by an enclosing lockrun of this job: a nested \
+             lockrun of it without --shared would wait for its own holder (no upgrade); take \
+             it exclusively outside, or add --shared inside"
         ),
         Misuse::SpoiledHistory { key, helper } => write!(
             f,
