@@ -91,7 +91,9 @@ fn exit_code(child: &mut Child) -> Option<i32> {
 #[test]
 fn shared_holders_run_at_once_each_with_a_fence() {
     let s = Setup::new();
-    let (mut a, _) = s.started(&["--shared", "k"], "A", 1.5, "redis lock acquired");
+    let (mut a, mut said) = s.started(&["--shared", "k"], "A", 1.5, "redis lock acquired");
+    let line = said.wait_for("redis lock acquired");
+    assert!(line.ends_with(" mode=shared"), "{line}");
     let (mut b, _) = s.started(&["--shared", "k"], "B", 1.5, "redis lock acquired");
     let members: u64 = s.redis.cmd(&["ZCARD", "lockrun:shared:{k}"]);
     assert_eq!(members, 2);
