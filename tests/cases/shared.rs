@@ -384,3 +384,22 @@ fn shared_is_refused_with_limit() {
     );
     assert_eq!(stdout_of(&out), "");
 }
+
+#[test]
+fn a_shared_run_costs_the_requests_of_an_exclusive_one() {
+    let s = Setup::new();
+    let evalsha = || s.redis.calls("evalsha");
+    let once = |args: &[&str]| {
+        let mut cmd = Lockrun::on(&s.redis);
+        cmd.args(args).args(["k", "--", "true"]);
+        assert_eq!(run(cmd).status.code(), Some(0));
+    };
+    // The scripts loaded first (NOSCRIPT, then EVAL), then counted: acquire and release.
+    once(&[]);
+    once(&["--shared"]);
+    let before = evalsha();
+    once(&[]);
+    assert_eq!(evalsha() - before, 2, "exclusive");
+    once(&["--shared"]);
+    assert_eq!(evalsha() - before, 4, "shared");
+}
