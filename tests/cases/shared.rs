@@ -371,18 +371,31 @@ fn a_nested_lockrun_inside_a_shared_one_may_share_but_not_upgrade() {
 }
 
 #[test]
-fn shared_is_refused_with_limit() {
-    let s = Setup::new();
-    let mut cmd = Lockrun::on(&s.redis);
-    cmd.args(["--shared", "--limit", "2", "k", "--", "echo", "ran"]);
-    let out = run(cmd);
-    assert_eq!(out.status.code(), Some(64));
-    assert!(
-        stderr_of(&out).contains("--shared cannot be used with --limit"),
-        "{}",
-        stderr_of(&out)
+fn shared_is_refused_with_limit_standby_and_several_masters() {
+    let refused = |args: &[&str], words: &str| {
+        let mut cmd = Lockrun::bare();
+        cmd.args(args).args(["k", "--", "echo", "ran"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr_of(&out));
+        let err = stderr_of(&out);
+        assert!(err.contains(words), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(stdout_of(&out), "");
+    };
+    let one = "redis://127.0.0.1:1";
+    refused(
+        &["-r", one, "--shared", "--limit", "2"],
+        "--shared cannot be used with --limit",
     );
-    assert_eq!(stdout_of(&out), "");
+    refused(
+        &["-r", one, "--shared", "--every", "1m", "--standby"],
+        "--shared cannot be used with --standby",
+    );
+    let masters = "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3";
+    refused(
+        &["-r", masters, "--shared"],
+        "--shared cannot be used with several Redis masters",
+    );
 }
 
 #[test]
@@ -402,4 +415,42 @@ fn a_shared_run_costs_the_requests_of_an_exclusive_one() {
     assert_eq!(evalsha() - before, 2, "exclusive");
     once(&["--shared"]);
     assert_eq!(evalsha() - before, 4, "shared");
+}
+
+/// On a Cluster the shared holders' set shares the lock's slot (a helper key): every script
+/// runs on the shard that owns KEY.
+#[test]
+fn cluster_shared_holders_run_together_and_never_with_an_exclusive_one() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("spans");
+    let url = format!("redis+cluster://{}", cluster.seeds());
+    let start = |args: &[&str], name: &str, secs: f64| {
+        let mut cmd = Lockrun::bare().url(&url);
+        cmd.args(args).arg("--").args(job(&log, name, secs));
+        cmd.background(dir.path(), name)
+    };
+    let a = start(&["--shared", "db"], "A", 1.5);
+    let b = start(&["--shared", "db"], "B", 1.5);
+    eventually("both shared holders in", || {
+        cluster
+            .owner_of("db")
+            .cli(&["ZCARD", "lockrun:shared:{db}"])
+            == "2"
+    });
+    let x = start(&["--wait", "25s", "db"], "X", 0.3);
+    for (name, job) in [("A", a), ("B", b), ("X", x)] {
+        let (code, _, err) = job.finish();
+        assert_eq!(code, Some(0), "{name}: {err}");
+    }
+    let all = spans(&log);
+    let (a, b, x) = (span(&all, "A"), span(&all, "B"), span(&all, "X"));
+    assert!(a.overlaps(b), "{all:?}");
+    assert!(!x.overlaps(a) && !x.overlaps(b), "{all:?}");
+    let left = cluster.all_keys();
+    assert!(
+        left.iter()
+            .all(|k| k.starts_with("lockrun:fence:") || k.starts_with("lockrun:history:")),
+        "{left:?}"
+    );
 }
