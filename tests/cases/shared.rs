@@ -454,3 +454,25 @@ fn cluster_shared_holders_run_together_and_never_with_an_exclusive_one() {
         "{left:?}"
     );
 }
+
+#[test]
+fn the_metrics_file_says_a_run_was_shared() {
+    let s = Setup::new();
+    let file = s.redis.dir.path().join("k.prom");
+    let once = |args: &[&str]| {
+        let mut cmd = Lockrun::on(&s.redis);
+        cmd.args(args)
+            .arg("--metrics-file")
+            .arg(&file)
+            .args(["k", "--", "true"]);
+        assert_eq!(run(cmd).status.code(), Some(0));
+        std::fs::read_to_string(&file).unwrap()
+    };
+    let text = once(&["--shared"]);
+    assert!(
+        text.ends_with("lockrun_last_run_shared{key=\"k\"} 1\n"),
+        "{text}"
+    );
+    let text = once(&[]);
+    assert!(!text.contains("lockrun_last_run_shared"), "{text}");
+}
