@@ -201,6 +201,8 @@ pub enum Misuse {
     SpoiledQueue { helper: String },
     /// The set of a lock's shared holders is not one lockrun wrote.
     SpoiledShared { helper: String },
+    /// A semaphore (`--limit`) or a tick (`--standby`) of a key held in shared mode.
+    IsShared { key: String },
     /// A nested exclusive lockrun of a key an enclosing lockrun holds in shared mode.
     NoUpgrade { key: String },
     /// The history key is not a stream.
@@ -534,6 +536,10 @@ fn misuse(f: &mut fmt::Formatter<'_>, misuse: &Misuse, server: &str) -> fmt::Res
         Misuse::SpoiledShared { helper } => write!(
             f,
             "the shared holders' key '{helper}' is not a lockrun sorted set (changed by hand?); delete it"
+        ),
+        Misuse::IsShared { key } => write!(
+            f,
+            "key '{key}' is held in shared mode (used with --shared); --limit and --standby need a key of their own"
         ),
         Misuse::NoUpgrade { key } => write!(
             f,

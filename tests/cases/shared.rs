@@ -476,3 +476,26 @@ fn the_metrics_file_says_a_run_was_shared() {
     let text = once(&[]);
     assert!(!text.contains("lockrun_last_run_shared"), "{text}");
 }
+
+#[test]
+fn a_semaphore_or_a_tick_is_refused_beside_shared_holders_of_its_name() {
+    let s = Setup::new();
+    let (mut a, _) = s.started(&["--shared", "k"], "A", 2.0, "redis lock acquired");
+    for args in [
+        &["--limit", "2"][..],
+        &["--every", "1m", "--standby", "-t", "5s"][..],
+    ] {
+        let mut cmd = Lockrun::on(&s.redis);
+        cmd.args(args).args(["k", "--", "echo", "ran"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains("key 'k' is held in shared mode"),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+        assert_eq!(stdout_of(&out), "");
+    }
+    assert_eq!(exit_code(&mut a), Some(0));
+    assert_eq!(spans(&s.log).len(), 1, "only the shared run ran");
+}

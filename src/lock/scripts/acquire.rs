@@ -42,16 +42,15 @@ impl Request for AcquireRequest<'_> {
     }
 
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
-    /// KEYS[5] history; for a tick, KEYS[6] its record; for a lock, exclusive or shared,
-    /// KEYS[6] its shared holders.
+    /// KEYS[5] history; for a tick, KEYS[6] its record; then the shared holders of a lock of
+    /// that name (`--shared`), which every kind of acquire must see.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
         let mut keys = vec![self.key.into(), k.fence, k.queue, k.tickets, k.history];
-        match (self.limit, self.tick) {
-            (None, Some(_)) => keys.push(k.tick),
-            (None, None) => keys.push(k.shared),
-            (Some(_), _) => {}
+        if self.limit.is_none() && self.tick.is_some() {
+            keys.push(k.tick);
         }
+        keys.push(k.shared);
         keys
     }
 
@@ -165,6 +164,7 @@ impl Refusal {
         match self {
             Refusal::Misused { kind } => match (limit, kind.as_str()) {
                 (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                (_, "shared") => Misuse::IsShared { key },
                 (None, "zset") => Misuse::IsSemaphore { key },
                 (Some(_), "string") => Misuse::IsPlainLock { key },
                 _ => Misuse::Foreign {
@@ -235,6 +235,8 @@ mod tests {
     fn a_semaphore_sends_its_limit_channel_and_publish_command_before_the_cap() {
         let call = request(Some(3), None).call();
         let (sent, _) = run(&call, Value::Nil);
+        let mut keys = KEYS.to_vec();
+        keys.push("lockrun:shared:{job}");
         let args = [
             "abc host=h pid=1",
             "1500",
@@ -245,7 +247,7 @@ mod tests {
             "PUBLISH",
             "7",
         ];
-        assert_eq!(sent, evalsha(&call, &KEYS, &args));
+        assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), SEM_ACQUIRE.sha());
     }
 
@@ -379,6 +381,7 @@ mod tests {
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:tick:{job}");
+        keys.push("lockrun:shared:{job}");
         let args = ["abc host=h pid=1", "1500", "abc", "3000", "7", "54000"];
         assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), ACQUIRE_TICK.sha());
@@ -446,6 +449,11 @@ mod tests {
         assert_eq!(
             misused("string", Some(2)),
             Misuse::IsPlainLock { key: key.clone() }
+        );
+        // A semaphore or a tick refused beside shared holders of a lock of that name.
+        assert_eq!(
+            misused("shared", Some(2)),
+            Misuse::IsShared { key: key.clone() }
         );
         assert_eq!(
             misused("foreign-zset", Some(2)),

@@ -101,3 +101,9 @@ local function live_shared(s, now)
   if first[1] then return first end
   return false
 end
+
+-- Whether KEYS[1] is held in shared mode right now (nothing written): a semaphore (`--limit`)
+-- or a tick (`--standby`) must not be taken beside shared holders of the same name.
+local function held_shared(s, now)
+  return s ~= nil and redis.call('TYPE', s).ok == 'zset' and redis.call('ZCOUNT', s, now, '+inf') > 0
+end
