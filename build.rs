@@ -20,6 +20,7 @@ const SCRIPTS: &[(&str, &[&str])] = &[
     ("ACQUIRE_TICK", &["prelude", "queue", "tick", "acquire_tick"]),
     ("RELEASE_TICK", &["prelude", "queue", "tick", "release_tick"]),
     ("SEM_ACQUIRE", &["prelude", "queue", "sem_acquire"]),
+    ("SHARED_ACQUIRE", &["prelude", "queue", "shared_acquire"]),
     ("SEM_RELEASE", &["prelude", "queue", "sem_release"]),
     ("LEAVE", &["prelude", "queue", "leave"]),
     ("FORCE_RELEASE", &["prelude", "queue", "force_release"]),

@@ -78,6 +78,7 @@ fn run() -> ExitCode {
     // that cannot be written can be said so in a log line.
     let mut record = metrics::RunRecord::begin(&args.key);
     record.every = args.every;
+    record.shared = args.shared;
     // Handlers first, before any network I/O (and before reading a password from a pipe): a
     // SIGTERM during start-up must not kill lockrun with the default action while it may
     // already hold the lock.

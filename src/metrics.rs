@@ -50,6 +50,8 @@ pub struct RunRecord {
     pub attempt: Option<u32>,
     /// The job's schedule period (`--every`).
     pub every: Option<Duration>,
+    /// `--shared`: the run took the key in shared mode (held, or tried to).
+    pub shared: bool,
     /// When the job last started under this lock, as this run saw it: its own start of the
     /// command ([`RunRecord::command_started`]), or the holder's `started=` when it found the
     /// lock held. Kept from the previous file when this run saw neither (see [`write`]).
@@ -87,6 +89,7 @@ impl RunRecord {
             fence: 0,
             attempt: None,
             every: None,
+            shared: false,
             job_started: None,
             job_previous_start: None,
             job_succeeded: None,
@@ -356,6 +359,13 @@ const STANDBY: [Optional; 1] = [(
     |r| r.attempt.map(|a| a.to_string()),
 )];
 
+/// After [`STANDBY`]: written by a `--shared` run, whatever its outcome.
+const SHARED: [Optional; 1] = [(
+    "lockrun_last_run_shared",
+    "With --shared: 1, the last run took the key in shared mode (beside other shared runs, never beside an exclusive one).",
+    |r| r.shared.then(|| "1".to_string()),
+)];
+
 /// The families after `lockrun_last_run_outcome` (which has a line per outcome), in the order
 /// written.
 const GAUGES: [Gauge; 8] = [
@@ -422,6 +432,7 @@ pub fn render(record: &RunRecord) -> String {
     let known = SCHEDULE
         .iter()
         .chain(&STANDBY)
+        .chain(&SHARED)
         .filter_map(|(name, help, value)| Some((*name, *help, value(record)?)));
     let all = GAUGES
         .iter()
@@ -478,6 +489,7 @@ mod tests {
             fence: 42,
             attempt: None,
             every: None,
+            shared: false,
             job_started: None,
             job_previous_start: None,
             job_succeeded: None,
@@ -641,6 +653,16 @@ lockrun_job_last_start_timestamp_seconds{key=\"k\"} 1700000100
 "
         ));
         assert!(!text.contains("success"), "unknown: not written");
+    }
+
+    #[test]
+    fn a_shared_run_says_so_last_and_an_exclusive_one_says_nothing() {
+        let mut r = record("k");
+        assert!(!render(&r).contains("shared"));
+        r.shared = true;
+        assert!(render(&r).ends_with(
+            "# TYPE lockrun_last_run_shared gauge\nlockrun_last_run_shared{key=\"k\"} 1\n"
+        ));
     }
 
     #[test]

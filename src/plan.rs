@@ -67,6 +67,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     let tick = tick(args, hold)?;
     let spread = spread(args, hold)?;
     let lock = backend(args)?;
+    shared(args, &lock)?;
     if tick.is_some() && matches!(lock, Backend::Quorum(_)) {
         return Err(Usage(
             "--standby cannot be used with several Redis masters: a tick's record is kept on \
@@ -79,6 +80,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
             key: args.key.clone(),
             ttl: args.ttl,
             limit: args.limit,
+            shared: args.shared,
             history: args.history,
             every: args.every,
             tick,
@@ -338,6 +340,26 @@ fn spread(args: &Args, hold: Duration) -> Result<Duration, Usage> {
     Ok(spread)
 }
 
+/// `--shared` needs one server: under Redlock each master would count shared holders of its
+/// own, and an exclusive majority can form beside a shared one. With `--limit` (the semaphore
+/// already lets N run at once) and `--standby` (a tick is one run) it means nothing.
+fn shared(args: &Args, lock: &Backend) -> Result<(), Usage> {
+    if !args.shared {
+        return Ok(());
+    }
+    let with = if args.limit.is_some() {
+        "--limit: a semaphore's holders share it already"
+    } else if args.standby {
+        "--standby: a tick is run once, by one host"
+    } else if let Backend::Quorum(_) = lock {
+        "several Redis masters: shared holders are kept on one server (a Sentinel group or a \
+         Cluster is one)"
+    } else {
+        return Ok(());
+    };
+    Err(Usage(format!("--shared cannot be used with {with}")))
+}
+
 /// `--standby`: the length of one tick, the hold of `--every` (or `--min-hold`). Refused
 /// without `--every` (no tick to stand by for) and with `--limit` (a tick is one run).
 fn tick(args: &Args, hold: Duration) -> Result<Option<Duration>, Usage> {
@@ -462,5 +484,37 @@ mod tests {
             Duration::from_secs(1)
         );
         assert_eq!(node_timeout(ms(2000)), ms(200));
+    }
+}
+
+#[cfg(test)]
+mod shared_tests {
+    use super::*;
+    use crate::cli::{parse_from, Invocation};
+
+    fn plan(args: &[&str]) -> Result<Plan, Usage> {
+        let argv = std::iter::once("lockrun").chain(args.iter().copied());
+        let Ok(Invocation::Run(args)) = parse_from(argv) else {
+            panic!("{args:?} does not parse")
+        };
+        resolve(&args)
+    }
+
+    #[test]
+    fn shared_needs_one_server_and_neither_limit_nor_standby() {
+        let spec = plan(&["--shared", "k", "true"]).unwrap().spec;
+        assert!(spec.shared && spec.limit.is_none());
+        assert!(!plan(&["k", "true"]).unwrap().spec.shared);
+        let refused = |args: &[&str]| plan(args).err().expect("refused").0;
+        let limit = refused(&["--shared", "--limit", "2", "k", "true"]);
+        assert!(
+            limit.starts_with("--shared cannot be used with --limit"),
+            "{limit}"
+        );
+        let standby = refused(&["--shared", "--every", "1m", "--standby", "k", "true"]);
+        assert!(standby.contains("--standby"), "{standby}");
+        let masters = "redis://a:1,redis://b:1,redis://c:1";
+        let quorum = refused(&["--shared", "--redis", masters, "k", "true"]);
+        assert!(quorum.contains("several Redis masters"), "{quorum}");
     }
 }

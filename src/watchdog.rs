@@ -396,6 +396,7 @@ mod tests {
                 key: "k".into(),
                 ttl: ms(900),
                 limit: None,
+                shared: false,
                 history: 0,
                 every: None,
                 tick: None,

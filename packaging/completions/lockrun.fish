@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
+    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= shared every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -48,6 +48,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l sentinel-password-file 
 complete -c lockrun -n "__fish_lockrun_needs_command" -l acks -d 'Count the lock only once N replicas have it' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
+complete -c lockrun -n "__fish_lockrun_needs_command" -l shared -d 'Take KEY in shared mode: shared runs go side by side, never with an exclusive one'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l standby -d 'With --every: stay ready to run this tick if the host that took it cannot finish it'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'
@@ -165,6 +166,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l sentinel-passwor
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l acks -d 'Count the lock only once N replicas have it' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l log-format -d 'Log line format: text or json' -r -f -a "text\t''
 json\t''"
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l shared -d 'Take KEY in shared mode: shared runs go side by side, never with an exclusive one'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l standby -d 'With --every: stay ready to run this tick if the host that took it cannot finish it'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l no-group -d 'Signal only the direct child, not its process group'
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l subreaper -d 'Adopt and reap orphaned descendants (automatic when lockrun is PID 1)'

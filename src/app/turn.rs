@@ -89,7 +89,10 @@ where
             warn!(key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
         }
-        info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
+        // `mode` only in shared mode: an exclusive run's line is as it always is.
+        info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence,
+              mode = spec.shared.then_some(tracing::field::display("shared")),
+              "redis lock acquired, starting job");
         // A signal that arrived while we were acquiring: the job must not start.
         let turn = match stops.take_stop() {
             Some(sig) => {
@@ -711,6 +714,7 @@ mod tests {
             key: "k".into(),
             ttl: Duration::from_secs(30),
             limit: None,
+            shared: false,
             history: 100,
             every: None,
             tick,
@@ -878,6 +882,7 @@ mod tests {
             key: "k".into(),
             ttl: SECS(30),
             limit: None,
+            shared: false,
             history: 100,
             every: None,
             tick: None,
@@ -1143,6 +1148,7 @@ mod tests {
             key: "k".into(),
             ttl: SECS(30),
             limit: None,
+            shared: false,
             history: 0,
             every: None,
             tick: None,

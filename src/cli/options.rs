@@ -85,6 +85,18 @@ pub struct Args {
           allow_negative_numbers = true, hide_env_values = true, help_heading = LOCK)]
     pub limit: Option<u32>,
 
+    /// Take KEY in shared mode: shared runs go side by side, never with an exclusive one
+    ///
+    /// Like flock -s: any number of runs with --shared hold KEY at once, while a run without it
+    /// holds KEY alone. Waiters take turns in arrival order: a shared run that arrives while
+    /// someone waits queues behind it (with --wait; else it is skipped), so a waiting exclusive
+    /// run is never starved. A nested lockrun of KEY inside a shared run must use --shared too
+    /// (no upgrade: exit 64). One Redis server (or Sentinel group, or Cluster); not with
+    /// --limit or --standby.
+    #[arg(long, env = "LOCKRUN_SHARED", value_parser = parse_switch, hide_env_values = true,
+          help_heading = LOCK, hide_short_help = true)]
+    pub shared: bool,
+
     /// The job's period: keep the lock for the tick
     ///
     /// How often cron (a timer, a CronJob) starts the job on every host, 2s to 366d. The lock is

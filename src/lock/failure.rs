@@ -199,6 +199,12 @@ pub enum Misuse {
     SpoiledQueue { helper: String },
     /// The tick record of `--standby` is not one lockrun wrote.
     SpoiledTick { helper: String },
+    /// The set of a lock's shared holders is not one lockrun wrote.
+    SpoiledShared { helper: String },
+    /// A semaphore (`--limit`) or a tick (`--standby`) of a key held in shared mode.
+    IsShared { key: String },
+    /// A nested exclusive lockrun of a key an enclosing lockrun holds in shared mode.
+    NoUpgrade { key: String },
     /// The history key is not a stream.
     SpoiledHistory { key: String, helper: String },
     /// On a Cluster, a key whose helper keys cannot share its slot.

@@ -18,7 +18,7 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default)]
 pub struct Inspection {
     /// Redis' type of the key: `none` (free), `string` (a lock), `zset` (a semaphore), or
-    /// something lockrun never writes.
+    /// something lockrun never writes; `shared` for a lock held in shared mode (`--shared`).
     pub kind: String,
     /// The fencing counter: the last fence handed out for this key.
     pub fence: Option<u64>,
@@ -112,6 +112,7 @@ impl RedisLock {
             key: key.into(),
             ttl: Duration::ZERO,
             limit: None,
+            shared: false,
             history,
             every: None,
             tick: None,

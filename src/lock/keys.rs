@@ -23,6 +23,8 @@ pub(super) struct Keys {
     pub(super) history: String,
     /// The tick record of `--standby` (see tick.lua).
     pub(super) tick: String,
+    /// The shared holders of `--shared` (see shared_acquire.lua).
+    pub(super) shared: String,
 }
 
 impl Keys {
@@ -34,6 +36,7 @@ impl Keys {
             channel: wake_channel(key),
             history: helper_key(key, "history"),
             tick: helper_key(key, "tick"),
+            shared: helper_key(key, "shared"),
         }
     }
 }
@@ -77,6 +80,9 @@ pub(super) fn history_args(
     }
     if attempt > 1 {
         args.extend(["attempt".into(), attempt.to_string()]);
+    }
+    if spec.shared {
+        args.extend(["mode".into(), "shared".into()]);
     }
     args
 }

@@ -50,6 +50,9 @@ pub struct LockSpec {
     pub ttl: Duration,
     /// `None`: an exclusive lock (a string key). `Some(n)`: a semaphore of n slots (a sorted set).
     pub limit: Option<u32>,
+    /// `--shared`: the lock in shared mode, held alongside other shared holders but never with
+    /// an exclusive one (see shared_acquire.lua). Only without `limit`.
+    pub shared: bool,
     /// How many runs the key's history keeps (about; see [`Note`]); 0: none recorded.
     pub history: u32,
     /// The job's schedule period (`--every`), recorded with each run's history entry.

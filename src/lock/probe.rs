@@ -81,6 +81,7 @@ impl RedisLock {
             // release), short enough to be gone soon should the release not arrive.
             ttl: (self.timeout * 4).max(Duration::from_secs(10)),
             limit: None,
+            shared: false,
             history: 0,
             every: None,
             tick: None,

@@ -82,6 +82,7 @@ fn document(e: &Entry) -> serde_json::Value {
         "duration_ms": number(e, "duration_ms"),
         "every_ms": number(e, "every_ms"),
         "attempt": number(e, "attempt"),
+        "mode": e.get("mode"),
     })
 }
 
@@ -100,10 +101,14 @@ fn table(entries: &[Entry]) -> String {
             .map_or("-".into(), |ms| rough(Duration::from_millis(ms)));
         // With --standby, an attempt at a tick after its first: a takeover (or the attempt it
         // took over from, recorded lost).
-        let outcome = match e.get("attempt") {
+        let mut outcome = match e.get("attempt") {
             Some(_) => format!("{} (attempt {})", field("outcome"), field("attempt")),
             None => field("outcome"),
         };
+        // A run that held the key in shared mode (`--shared`), beside others.
+        if e.get("mode").is_some() {
+            outcome = format!("{outcome} ({})", field("mode"));
+        }
         lines.push([
             utc::format(e.time_ms / 1000),
             outcome,

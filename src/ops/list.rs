@@ -51,9 +51,11 @@ pub async fn run(
 
 fn row(key: &str, view: &Inspection) -> serde_json::Value {
     let first = view.holders.first();
+    let (kind, mode) = super::kind_json(&view.kind, first.is_some());
     json!({
         "key": key,
-        "kind": if view.kind == "zset" { "semaphore" } else { "lock" },
+        "kind": kind,
+        "mode": mode,
         "holder": first.map(|(v, _)| HolderInfo::of(v).json()),
         "holders": super::holders_json(view),
         "ttl_ms": first.and_then(|(_, l)| *l).map(|d| d.as_millis() as u64),
@@ -83,6 +85,11 @@ fn table(rows: &[(String, Inspection)]) -> String {
         // Names and values set by hand may hold control characters: one row stays one line.
         let key = escape_controls(key).into_owned();
         let holder = escape_controls(&holder).into_owned();
+        let holder = if view.kind == "shared" {
+            format!("(shared) {holder}")
+        } else {
+            holder
+        };
         lines.push([key, ttl, fence, view.waiters.to_string(), holder]);
     }
     super::columns(&lines)

@@ -214,6 +214,17 @@ fn columns<const N: usize>(rows: &[[String; N]]) -> String {
     out
 }
 
+/// What a key is, as the JSON documents say it (`kind`): a `lock` (exclusive or shared) or a
+/// `semaphore`; and for a held lock, how it is held (`mode`): `exclusive` or `shared`.
+fn kind_json(kind: &str, held: bool) -> (&'static str, serde_json::Value) {
+    match kind {
+        "zset" => ("semaphore", serde_json::Value::Null),
+        "shared" => ("lock", "shared".into()),
+        _ if held => ("lock", "exclusive".into()),
+        _ => ("lock", serde_json::Value::Null),
+    }
+}
+
 /// Every holder of a lock or a semaphore as JSON, with its lease's time left (`ttl_ms`): the
 /// same array in `status --json` and `list --json`.
 fn holders_json(view: &Inspection) -> Vec<serde_json::Value> {

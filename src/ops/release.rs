@@ -53,6 +53,11 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
             "key": key,
             "deleted": true,
             "kind": if what.kind == "zset" { "semaphore" } else { "lock" },
+            "mode": match what.kind.as_str() {
+                "shared" => "shared".into(),
+                "string" => "exclusive".into(),
+                _ => serde_json::Value::Null,
+            },
             "holders": holders.iter().map(HolderInfo::json).collect::<Vec<_>>(),
             "fence": what.fence,
         }));

@@ -14,7 +14,7 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
     let n = nodes.len();
     let views = ask_all(nodes, async |node: &mut RedisLock| node.inspect(key).await).await?;
     let view = combine(n, views);
-    if view.kind != "none" && view.kind != "string" && view.kind != "zset" {
+    if !["none", "string", "zset", "shared"].contains(&view.kind.as_str()) {
         return Err(LockError::misuse(Misuse::NotALock {
             key: key.to_string(),
             found: view.kind,
@@ -38,13 +38,16 @@ fn ttl_ms(left: Option<std::time::Duration>) -> serde_json::Value {
 }
 
 fn document(key: &str, view: &Inspection) -> serde_json::Value {
-    let semaphore = view.kind == "zset";
+    // Several holders, each with a lease of its own.
+    let semaphore = view.kind == "zset" || view.kind == "shared";
     let first = view.holders.first();
     let holders = super::holders_json(view);
+    let (kind, mode) = super::kind_json(&view.kind, first.is_some());
     json!({
         "key": key,
         "held": first.is_some(),
-        "kind": if semaphore { "semaphore" } else { "lock" },
+        "kind": kind,
+        "mode": mode,
         "holder": if semaphore { serde_json::Value::Null } else {
             first.map_or(serde_json::Value::Null, |(v, _)| HolderInfo::of(v).json())
         },
@@ -83,6 +86,15 @@ fn text(key: &str, view: &Inspection) -> String {
     let left = |l: Option<std::time::Duration>| l.map_or("no expiry".into(), rough);
     match (view.kind.as_str(), view.holders.as_slice()) {
         (_, []) => line("state:", "free".into()),
+        ("shared", holders) => {
+            line("state:", format!("held shared ({} holders)", holders.len()));
+            for (value, l) in holders {
+                line(
+                    "holder:",
+                    format!("{} ({} left)", HolderInfo::of(value).raw, left(*l)),
+                );
+            }
+        }
         ("zset", holders) => {
             line(
                 "state:",

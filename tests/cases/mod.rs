@@ -33,6 +33,7 @@ mod schedule;
 mod secrets;
 mod sentinel;
 mod server_refusals;
+mod shared;
 mod standby;
 pub(crate) mod supervision;
 mod time_limit;

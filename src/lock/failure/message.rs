@@ -152,6 +152,20 @@ fn misuse(f: &mut fmt::Formatter<'_>, misuse: &Misuse, server: &str) -> fmt::Res
             f,
             "the waiter queue key '{helper}' is not a sorted set (changed by hand?); delete it"
         ),
+        Misuse::SpoiledShared { helper } => write!(
+            f,
+            "the shared holders' key '{helper}' is not a lockrun sorted set (changed by hand?); delete it"
+        ),
+        Misuse::IsShared { key } => write!(
+            f,
+            "key '{key}' is held in shared mode (used with --shared); --limit and --standby need a key of their own"
+        ),
+        Misuse::NoUpgrade { key } => write!(
+            f,
+            "key '{key}' is held in shared mode by an enclosing lockrun of this job: a nested \
+             lockrun of it without --shared would wait for its own holder (no upgrade); take \
+             it exclusively outside, or add --shared inside"
+        ),
         Misuse::SpoiledTick { helper } => write!(
             f,
             "the --standby tick record '{helper}' is not one lockrun wrote (changed by hand?); \

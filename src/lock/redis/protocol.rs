@@ -3,7 +3,7 @@
 
 use super::send::Failed;
 use super::{routing::Route, RedisLock, TICKET};
-use crate::lock::failure::Kind;
+use crate::lock::failure::{Kind, Misuse};
 use crate::lock::keys::{history_args, wake_channel};
 use crate::lock::scripts::acquire::{AcquireReply, AcquireRequest};
 use crate::lock::scripts::leave::LeaveRequest;
@@ -77,6 +77,7 @@ impl LockService for RedisLock {
             },
             publish: self.publish(),
             tick: spec.tick,
+            shared: spec.shared,
         };
         let sent_at = Instant::now();
         self.unsettled = true;
@@ -134,6 +135,7 @@ impl LockService for RedisLock {
             value: &lease.holder.value,
             ttl: spec.ttl,
             semaphore: spec.limit.is_some(),
+            shared: spec.shared,
         };
         let sent = Instant::now();
         let (reply, acked) = self
@@ -171,11 +173,22 @@ impl LockService for RedisLock {
         let request = held_by::HeldByRequest {
             key: &spec.key,
             id: &id,
+            lock: spec.limit.is_none(),
         };
         let (reply, _) = self
             .eval_acked(&request.call(), false, Route::Named)
             .await?;
-        held_by::decode(reply).map_err(|odd| self.unexpected(&odd))
+        match held_by::decode(reply) {
+            Ok(held_by::HeldBy::Holder) => Ok(true),
+            Ok(held_by::HeldBy::Nobody) => Ok(false),
+            // A shared holder's job may run a shared lockrun of the key within it; an exclusive
+            // one would have to wait for its own enclosing holder: no upgrade.
+            Ok(held_by::HeldBy::SharedHolder) if spec.shared => Ok(true),
+            Ok(held_by::HeldBy::SharedHolder) => Err(self.error(Kind::Misuse(Misuse::NoUpgrade {
+                key: spec.key.clone(),
+            }))),
+            Err(odd) => Err(self.unexpected(&odd)),
+        }
     }
 
     async fn leave_queue(
@@ -281,6 +294,7 @@ impl RedisLock {
             value: &lease.holder.value,
             keep: keep_for,
             semaphore: spec.limit.is_some(),
+            shared: spec.shared,
             history: history_args(spec, &lease.holder, fence, lease.attempt, note),
             publish: self.publish(),
             tick: spec.tick.map(|_| note.is_some_and(|n| n.completes_tick)),
@@ -309,7 +323,6 @@ impl RedisLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::failure::Misuse;
     use crate::lock::redis::ConnectOptions;
     use crate::lock::scripts::acquire::Refusal;
 
@@ -323,6 +336,7 @@ mod tests {
             key: "job".into(),
             ttl: Duration::from_secs(10),
             limit,
+            shared: false,
             history: 0,
             every: None,
             tick: None,

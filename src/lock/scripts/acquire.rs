@@ -1,7 +1,9 @@
-//! acquire.lua (a lock) and sem_acquire.lua (a semaphore): one request, one reply, since both
-//! answer alike.
+//! acquire.lua (a lock), shared_acquire.lua (a lock in shared mode) and sem_acquire.lua (a
+//! semaphore): one request, one reply, since all answer alike.
 
-use super::{as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE};
+use super::{
+    as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE, SHARED_ACQUIRE,
+};
 use crate::lock::failure::Misuse;
 use crate::lock::keys::Keys;
 use redis::Value;
@@ -25,31 +27,36 @@ pub struct AcquireRequest<'a> {
     pub publish: &'static str,
     /// `--standby`: the attempt is for one tick of this length (acquire_tick.lua).
     pub tick: Option<Duration>,
+    /// `--shared`: the lock in shared mode (shared_acquire.lua).
+    pub shared: bool,
 }
 
 impl Request for AcquireRequest<'_> {
     fn script(&self) -> &'static Script {
-        match (self.limit, self.tick) {
-            (Some(_), _) => &SEM_ACQUIRE,
-            (None, Some(_)) => &ACQUIRE_TICK,
-            (None, None) => &ACQUIRE,
+        match (self.limit, self.tick, self.shared) {
+            (Some(_), _, _) => &SEM_ACQUIRE,
+            (None, Some(_), _) => &ACQUIRE_TICK,
+            (None, None, true) => &SHARED_ACQUIRE,
+            (None, None, false) => &ACQUIRE,
         }
     }
 
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
-    /// KEYS[5] history; for a tick, KEYS[6] its record.
+    /// KEYS[5] history; for a tick, KEYS[6] its record; then the shared holders of a lock of
+    /// that name (`--shared`), which every kind of acquire must see.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
         let mut keys = vec![self.key.into(), k.fence, k.queue, k.tickets, k.history];
-        if self.tick.is_some() {
+        if self.limit.is_none() && self.tick.is_some() {
             keys.push(k.tick);
         }
+        keys.push(k.shared);
         keys
     }
 
     /// ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms (0: none);
-    /// a semaphore's ARGV[5] limit, ARGV[6] wake channel, ARGV[7] publish command; then the
-    /// history cap; for a tick, then the tick's length in ms.
+    /// a semaphore's ARGV[5] limit, then (a semaphore or a shared lock) the wake channel and
+    /// the publish command; then the history cap; for a tick, then the tick's length in ms.
     fn args(&self) -> Vec<String> {
         let ticket = self.ticket.map_or(0, |t| t.as_millis());
         let mut args = vec![
@@ -59,11 +66,10 @@ impl Request for AcquireRequest<'_> {
             ticket.to_string(),
         ];
         if let Some(n) = self.limit {
-            args.extend([
-                n.to_string(),
-                Keys::of(self.key).channel,
-                self.publish.into(),
-            ]);
+            args.push(n.to_string());
+        }
+        if self.limit.is_some() || (self.shared && self.tick.is_none()) {
+            args.extend([Keys::of(self.key).channel, self.publish.into()]);
         }
         args.push(self.history.to_string());
         if let Some(tick) = self.tick {
@@ -158,6 +164,7 @@ impl Refusal {
         match self {
             Refusal::Misused { kind } => match (limit, kind.as_str()) {
                 (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
+                (_, "shared") => Misuse::IsShared { key },
                 (None, "zset") => Misuse::IsSemaphore { key },
                 (Some(_), "string") => Misuse::IsPlainLock { key },
                 _ => Misuse::Foreign {
@@ -173,6 +180,11 @@ impl Refusal {
             Refusal::Spoiled { helper } if *helper == Keys::of(&key).tick => Misuse::SpoiledTick {
                 helper: helper.clone(),
             },
+            Refusal::Spoiled { helper } if *helper == Keys::of(&key).shared => {
+                Misuse::SpoiledShared {
+                    helper: helper.clone(),
+                }
+            }
             Refusal::Spoiled { helper } => Misuse::SpoiledQueue {
                 helper: helper.clone(),
             },
@@ -196,6 +208,7 @@ mod tests {
             history: 7,
             publish: "PUBLISH",
             tick: None,
+            shared: false,
         }
     }
 
@@ -212,7 +225,10 @@ mod tests {
         let call = request(None, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let args = ["abc host=h pid=1", "1500", "abc", "3000", "7"];
-        assert_eq!(sent, evalsha(&call, &KEYS, &args));
+        // An exclusive attempt names the shared holders too: it must see them.
+        let mut keys = KEYS.to_vec();
+        keys.push("lockrun:shared:{job}");
+        assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), ACQUIRE.sha());
         let call = request(None, None).call();
         assert_eq!(call.args, ["abc host=h pid=1", "1500", "abc", "0", "7"]);
@@ -222,6 +238,8 @@ mod tests {
     fn a_semaphore_sends_its_limit_channel_and_publish_command_before_the_cap() {
         let call = request(Some(3), None).call();
         let (sent, _) = run(&call, Value::Nil);
+        let mut keys = KEYS.to_vec();
+        keys.push("lockrun:shared:{job}");
         let args = [
             "abc host=h pid=1",
             "1500",
@@ -232,8 +250,50 @@ mod tests {
             "PUBLISH",
             "7",
         ];
-        assert_eq!(sent, evalsha(&call, &KEYS, &args));
+        assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), SEM_ACQUIRE.sha());
+    }
+
+    #[test]
+    fn a_shared_attempt_sends_its_set_then_channel_and_publish_command_before_the_cap() {
+        let shared = AcquireRequest {
+            shared: true,
+            ..request(None, Some(Duration::from_secs(3)))
+        };
+        let call = shared.call();
+        let (sent, _) = run(&call, Value::Nil);
+        let mut keys = KEYS.to_vec();
+        keys.push("lockrun:shared:{job}");
+        let args = [
+            "abc host=h pid=1",
+            "1500",
+            "abc",
+            "3000",
+            "lockrun:wake:{job}",
+            "PUBLISH",
+            "7",
+        ];
+        assert_eq!(sent, evalsha(&call, &keys, &args));
+        assert_eq!(call.script.sha(), SHARED_ACQUIRE.sha());
+        // Its replies are a lock's: held shared reads as held by the earliest lease's holder.
+        let (_, got) = run(
+            &call,
+            array([
+                Value::Int(0),
+                Value::Int(400),
+                bulk("s host=h"),
+                Value::Int(1),
+            ]),
+        );
+        assert_eq!(
+            AcquireReply::decode(got.unwrap()),
+            Ok(AcquireReply::Held {
+                pttl: Some(Duration::from_millis(400)),
+                holder: Some("s host=h".into()),
+                rank: Some(1),
+                tick_left: None,
+            })
+        );
     }
 
     fn decode(items: Vec<Value>) -> Result<AcquireReply, Value> {
@@ -324,6 +384,7 @@ mod tests {
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:tick:{job}");
+        keys.push("lockrun:shared:{job}");
         let args = ["abc host=h pid=1", "1500", "abc", "3000", "7", "54000"];
         assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), ACQUIRE_TICK.sha());
@@ -391,6 +452,11 @@ mod tests {
         assert_eq!(
             misused("string", Some(2)),
             Misuse::IsPlainLock { key: key.clone() }
+        );
+        // A semaphore or a tick refused beside shared holders of a lock of that name.
+        assert_eq!(
+            misused("shared", Some(2)),
+            Misuse::IsShared { key: key.clone() }
         );
         assert_eq!(
             misused("foreign-zset", Some(2)),

@@ -1,6 +1,8 @@
 -- The rest of acquire.lua, after queue.lua: held, queued waiters, spoiled keys.
 local refused, kind, counter, us, now = preflight('string')
 if refused then return refused end
+local shared = live_shared(KEYS[6], now)
+if shared == nil then return {-2, KEYS[6]} end
 prune_queue(KEYS[3], KEYS[4], now)
 local current = false
 if kind == 'string' then current = redis.call('GET', KEYS[1]) end
@@ -11,8 +13,9 @@ if current == ARGV[1] then
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
--- Free, and nobody queued ahead of us: no barging past waiters, so none starves.
-if not current and rank(KEYS[3], ARGV[3]) == 0 then
+-- Free, no shared holder, and nobody queued ahead of us: no barging past waiters, so none
+-- starves.
+if not current and not shared and rank(KEYS[3], ARGV[3]) == 0 then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
@@ -22,5 +25,8 @@ if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_ski
 if current then
   return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
 end
+-- Held shared: an exclusive holder waits for every one of them; the earliest lease to end says
+-- how long at least.
+if shared then return {0, math.max(0, tonumber(shared[2]) - now), shared[1], rank(KEYS[3], ARGV[3])} end
 -- Names no waiter: this text ends up in log lines.
 return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3])}

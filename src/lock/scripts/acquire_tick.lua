@@ -4,7 +4,8 @@
 -- lock over (the next attempt of the tick) when the holder is gone before the tick completed,
 -- and end their run when it completed or the tick is over.
 -- KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
--- history, KEYS[6] tick record
+-- history, KEYS[6] tick record, KEYS[7] the shared holders (`--shared`): a tick is never taken
+-- beside them ({-1, 'shared'})
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] history
 -- cap (for the entry of an attempt that never released, see below; an attempt that ends its run
 -- here leaves the queue with its own entry), ARGV[6] tick ms (how long a tick lasts from its
@@ -15,6 +16,7 @@
 -- ended, elsewhere | {-1, type} | {-2, helper key} as acquire.lua.
 local refused, kind, counter, us, now = preflight('string')
 if refused then return refused end
+if held_shared(KEYS[7], now) then return {-1, 'shared'} end
 local spoiled = get_or_wrongtype(KEYS[6])
 if spoiled ~= false and not read_tick(KEYS[6]) then return {-2, KEYS[6]} end
 prune_queue(KEYS[3], KEYS[4], now)

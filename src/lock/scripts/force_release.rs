@@ -19,10 +19,17 @@ impl Request for ForceReleaseRequest<'_> {
     }
 
     /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] fencing counter,
-    /// KEYS[5] history.
+    /// KEYS[5] history, KEYS[6] the shared holders.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.queue, k.tickets, k.fence, k.history]
+        vec![
+            self.key.into(),
+            k.queue,
+            k.tickets,
+            k.fence,
+            k.history,
+            k.shared,
+        ]
     }
 
     /// ARGV[1] wake channel, ARGV[2] publish command, ARGV[3..] the history entry.
@@ -38,7 +45,7 @@ impl Request for ForceReleaseRequest<'_> {
 pub enum ForceReleaseReply {
     /// `none`: there was nothing to delete.
     Nothing,
-    /// `string` or `zset`: deleted.
+    /// `string`, `zset` or `shared` (a lock held in shared mode): deleted.
     Deleted(Deleted),
     /// Any other type (`foreign-string`, `foreign-zset`, `hash`, ...): not lockrun's, nothing
     /// touched.
@@ -56,7 +63,7 @@ impl ForceReleaseReply {
         let kind = text.next().unwrap_or_default();
         match kind.as_str() {
             "none" => Ok(ForceReleaseReply::Nothing),
-            "string" | "zset" if items.len() >= 2 => {
+            "string" | "zset" | "shared" if items.len() >= 2 => {
                 let fence = text.next().and_then(|f| f.parse().ok());
                 Ok(ForceReleaseReply::Deleted(Deleted {
                     kind,
@@ -64,7 +71,7 @@ impl ForceReleaseReply {
                     holders: text.collect(),
                 }))
             }
-            "string" | "zset" => Err(Value::Array(items)),
+            "string" | "zset" | "shared" => Err(Value::Array(items)),
             _ => Ok(ForceReleaseReply::Refused { kind }),
         }
     }
@@ -90,6 +97,7 @@ mod tests {
             "lockrun:tickets:{job}",
             "lockrun:fence:{job}",
             "lockrun:history:{job}",
+            "lockrun:shared:{job}",
         ];
         let args = ["lockrun:wake:{job}", "SPUBLISH", "100", "outcome", "forced"];
         assert_eq!(sent, evalsha(&call, &keys, &args));
@@ -116,6 +124,15 @@ mod tests {
             Ok(ForceReleaseReply::Deleted(Deleted {
                 kind: "zset".into(),
                 fence: None,
+                holders: vec!["a".into(), "b".into()]
+            }))
+        );
+        // A lock held in shared mode: its shared holders were deleted.
+        assert_eq!(
+            decode(array([bulk("shared"), bulk("7"), bulk("a"), bulk("b")])),
+            Ok(ForceReleaseReply::Deleted(Deleted {
+                kind: "shared".into(),
+                fence: Some(7),
                 holders: vec!["a".into(), "b".into()]
             }))
         );

@@ -1,12 +1,15 @@
 //! held_by.lua: does a holder (by public id) hold the lock? (`--reentrant`)
 
 use super::{Request, Script, HELD_BY};
+use crate::lock::keys::Keys;
 use redis::Value;
 
 pub struct HeldByRequest<'a> {
     pub key: &'a str,
     /// The holder's public id (the token never leaves this process).
     pub id: &'a str,
+    /// A lock (not a semaphore): its shared holders are looked at too.
+    pub lock: bool,
 }
 
 impl Request for HeldByRequest<'_> {
@@ -14,9 +17,13 @@ impl Request for HeldByRequest<'_> {
         &HELD_BY
     }
 
-    /// KEYS[1] the lock or semaphore.
+    /// KEYS[1] the lock or semaphore; for a lock, KEYS[2] its shared holders.
     fn keys(&self) -> Vec<String> {
-        vec![self.key.into()]
+        let mut keys = vec![self.key.into()];
+        if self.lock {
+            keys.push(Keys::of(self.key).shared);
+        }
+        keys
     }
 
     /// ARGV[1] the public id.
@@ -25,11 +32,23 @@ impl Request for HeldByRequest<'_> {
     }
 }
 
-/// 1: held by that holder; any other integer (the script says 0): not.
+/// How the holder holds the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldBy {
+    /// 1: it holds the lock (exclusively) or a semaphore's slot.
+    Holder,
+    /// 2: it is one of the lock's shared holders.
+    SharedHolder,
+    /// Any other integer (the script says 0): it holds nothing of the key.
+    Nobody,
+}
+
 /// `Err`: the reply is none of the script's, handed back as it came.
-pub fn decode(reply: Value) -> Result<bool, Value> {
+pub fn decode(reply: Value) -> Result<HeldBy, Value> {
     match reply {
-        Value::Int(n) => Ok(n == 1),
+        Value::Int(1) => Ok(HeldBy::Holder),
+        Value::Int(2) => Ok(HeldBy::SharedHolder),
+        Value::Int(_) => Ok(HeldBy::Nobody),
         other => Err(other),
     }
 }
@@ -40,23 +59,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sends_the_key_and_the_public_id() {
+    fn sends_the_key_its_shared_holders_and_the_public_id() {
         let call = HeldByRequest {
             key: "job",
             id: "abc",
+            lock: true,
         }
         .call();
         let (sent, got) = run(&call, Value::Int(1));
-        assert_eq!(sent, evalsha(&call, &["job"], &["abc"]));
+        assert_eq!(
+            sent,
+            evalsha(&call, &["job", "lockrun:shared:{job}"], &["abc"])
+        );
         assert_eq!(call.script.sha(), HELD_BY.sha());
-        assert_eq!(decode(got.unwrap()), Ok(true));
+        assert_eq!(decode(got.unwrap()), Ok(HeldBy::Holder));
+        // A semaphore has no shared holders.
+        let call = HeldByRequest {
+            key: "job",
+            id: "abc",
+            lock: false,
+        }
+        .call();
+        assert_eq!(call.keys, ["job"]);
     }
 
     #[test]
     fn decodes_every_reply_of_the_script() {
-        assert_eq!(decode(Value::Int(1)), Ok(true));
-        assert_eq!(decode(Value::Int(0)), Ok(false));
-        assert_eq!(decode(Value::Int(2)), Ok(false));
+        assert_eq!(decode(Value::Int(1)), Ok(HeldBy::Holder));
+        assert_eq!(decode(Value::Int(2)), Ok(HeldBy::SharedHolder));
+        assert_eq!(decode(Value::Int(0)), Ok(HeldBy::Nobody));
+        assert_eq!(decode(Value::Int(3)), Ok(HeldBy::Nobody));
         for reply in [bulk("1"), array([Value::Int(1)])]
             .into_iter()
             .chain(foreign())

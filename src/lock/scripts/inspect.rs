@@ -16,10 +16,17 @@ impl Request for InspectRequest<'_> {
     }
 
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
-    /// the tick record.
+    /// the tick record, KEYS[6] the shared holders.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.fence, k.queue, k.tickets, k.tick]
+        vec![
+            self.key.into(),
+            k.fence,
+            k.queue,
+            k.tickets,
+            k.tick,
+            k.shared,
+        ]
     }
 
     /// None.
@@ -77,6 +84,7 @@ mod tests {
             "lockrun:waiters:{job}",
             "lockrun:tickets:{job}",
             "lockrun:tick:{job}",
+            "lockrun:shared:{job}",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &[]));
         assert_eq!(call.script.sha(), INSPECT.sha());

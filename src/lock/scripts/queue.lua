@@ -87,3 +87,23 @@ local function wake_head(q, channel, publish)
   local head = redis.call('ZRANGE', q, 0, 0)
   if head[1] then redis.call(publish, channel, head[1]) end
 end
+
+-- The shared holders of a lock (`--shared`): a sorted set beside it (member = holder value,
+-- score = lease expiry in server ms), pruned of ended leases here. Returns the earliest live
+-- lease as {holder, expiry}, false when there is none, or nil when the key is not such a set
+-- (spoiled by hand: a lockrun helper key, refused before any write).
+local function live_shared(s, now)
+  local t = redis.call('TYPE', s).ok
+  if t == 'none' then return false end
+  if t ~= 'zset' or not lockrun_zset(s) then return nil end
+  redis.call('ZREMRANGEBYSCORE', s, '-inf', now)
+  local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')
+  if first[1] then return first end
+  return false
+end
+
+-- Whether KEYS[1] is held in shared mode right now (nothing written): a semaphore (`--limit`)
+-- or a tick (`--standby`) must not be taken beside shared holders of the same name.
+local function held_shared(s, now)
+  return s ~= nil and redis.call('TYPE', s).ok == 'zset' and redis.call('ZCOUNT', s, now, '+inf') > 0
+end

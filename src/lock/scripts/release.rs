@@ -1,4 +1,5 @@
-//! release.lua (a lock) and sem_release.lua (a semaphore): one request, one reply.
+//! release.lua (a lock) and sem_release.lua (a semaphore, and a lock's shared holders): one
+//! request, one reply.
 
 use super::{Request, Script, RELEASE, RELEASE_TICK, SEM_RELEASE};
 use crate::lock::keys::Keys;
@@ -14,6 +15,9 @@ pub struct ReleaseRequest<'a> {
     pub keep: Duration,
     /// A semaphore's slot (sem_release.lua) rather than a lock (release.lua).
     pub semaphore: bool,
+    /// `--shared`: our place among the lock's shared holders, a set like a semaphore's
+    /// (sem_release.lua on that set).
+    pub shared: bool,
     /// The run's history entry (see `keys::history_args`).
     pub history: Vec<String>,
     /// The command that publishes a release hint (see `scripts::publish_command`).
@@ -25,18 +29,23 @@ pub struct ReleaseRequest<'a> {
 
 impl Request for ReleaseRequest<'_> {
     fn script(&self) -> &'static Script {
-        match (self.semaphore, self.tick) {
+        match (self.semaphore || self.shared, self.tick) {
             (true, _) => &SEM_RELEASE,
             (false, Some(_)) => &RELEASE_TICK,
             (false, None) => &RELEASE,
         }
     }
 
-    /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history; for a tick,
-    /// KEYS[5] its record.
+    /// KEYS[1] lock (shared: its shared holders), KEYS[2] queue, KEYS[3] ticket expiries,
+    /// KEYS[4] history; for a tick, KEYS[5] its record.
     fn keys(&self) -> Vec<String> {
         let k = Keys::of(self.key);
-        let mut keys = vec![self.key.into(), k.queue, k.tickets, k.history];
+        let first = if self.shared {
+            k.shared
+        } else {
+            self.key.into()
+        };
+        let mut keys = vec![first, k.queue, k.tickets, k.history];
         if self.tick.is_some() {
             keys.push(k.tick);
         }
@@ -96,10 +105,38 @@ mod tests {
             value: "abc host=h pid=1",
             keep,
             semaphore,
+            shared: false,
             history: vec!["5".into(), "outcome".into(), "ran".into()],
             publish: "SPUBLISH",
             tick: None,
         }
+    }
+
+    #[test]
+    fn a_shared_holder_gives_back_its_place_in_the_shared_set() {
+        let call = ReleaseRequest {
+            shared: true,
+            ..request(false, Duration::ZERO)
+        }
+        .call();
+        let (sent, _) = run(&call, Value::Int(1));
+        let keys = [
+            "lockrun:shared:{job}",
+            "lockrun:waiters:{job}",
+            "lockrun:tickets:{job}",
+            "lockrun:history:{job}",
+        ];
+        let args = [
+            "abc host=h pid=1",
+            "0",
+            "lockrun:wake:{job}",
+            "SPUBLISH",
+            "5",
+            "outcome",
+            "ran",
+        ];
+        assert_eq!(sent, evalsha(&call, &keys, &args));
+        assert_eq!(call.script.sha(), SEM_RELEASE.sha());
     }
 
     #[test]

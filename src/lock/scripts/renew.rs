@@ -1,6 +1,8 @@
-//! renew.lua (a lock) and sem_renew.lua (a semaphore's slot): one request, one reply.
+//! renew.lua (a lock) and sem_renew.lua (a semaphore's slot, a shared holder's place): one
+//! request, one reply.
 
 use super::{Request, Script, RENEW, SEM_RENEW};
+use crate::lock::keys::Keys;
 use redis::Value;
 use std::time::Duration;
 
@@ -12,20 +14,26 @@ pub struct RenewRequest<'a> {
     pub ttl: Duration,
     /// A semaphore's slot (sem_renew.lua) rather than a lock (renew.lua).
     pub semaphore: bool,
+    /// `--shared`: our place among the lock's shared holders (sem_renew.lua on that set).
+    pub shared: bool,
 }
 
 impl Request for RenewRequest<'_> {
     fn script(&self) -> &'static Script {
-        if self.semaphore {
+        if self.semaphore || self.shared {
             &SEM_RENEW
         } else {
             &RENEW
         }
     }
 
-    /// KEYS[1] the lock.
+    /// KEYS[1] the lock (shared: its shared holders).
     fn keys(&self) -> Vec<String> {
-        vec![self.key.into()]
+        if self.shared {
+            vec![Keys::of(self.key).shared]
+        } else {
+            vec![self.key.into()]
+        }
     }
 
     /// ARGV[1] holder value, ARGV[2] ttl ms.
@@ -65,7 +73,27 @@ mod tests {
             value: "abc host=h pid=1",
             ttl: Duration::from_secs(30),
             semaphore,
+            shared: false,
         }
+    }
+
+    #[test]
+    fn a_shared_holder_renews_its_place_in_the_shared_set() {
+        let call = RenewRequest {
+            shared: true,
+            ..request(false)
+        }
+        .call();
+        let (sent, _) = run(&call, Value::Int(0));
+        assert_eq!(
+            sent,
+            evalsha(
+                &call,
+                &["lockrun:shared:{job}"],
+                &["abc host=h pid=1", "30000"]
+            )
+        );
+        assert_eq!(call.script.sha(), SEM_RENEW.sha());
     }
 
     #[test]

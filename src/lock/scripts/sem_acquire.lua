@@ -2,6 +2,8 @@
 -- The key is a sorted set: member = holder value, score = lease expiry in ms of the server's
 -- clock (TIME), so no client clock is ever compared with another.
 -- KEYS[1] semaphore, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries
+-- KEYS[6] the shared holders of a lock of the same name (`--shared`): a semaphore is never
+-- taken beside them ({-1, 'shared'})
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] limit,
 -- ARGV[6] wake channel, ARGV[7] the publish command (see `wake_head`), ARGV[8] history cap,
 -- for an attempt that ends the run (KEYS[5] history; see `note_skipped`)
@@ -9,6 +11,7 @@
 -- {-2, helper key}. Nothing is written before every check has passed.
 local refused, kind, counter, us, now = preflight('zset')
 if refused then return refused end
+if held_shared(KEYS[6], now) then return {-1, 'shared'} end
 local ttl = tonumber(ARGV[2])
 -- Holders that died without releasing stop counting the moment their lease ends.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
