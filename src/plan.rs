@@ -15,6 +15,7 @@ use crate::lock::redis::{ConnectOptions, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::LockSpec;
+use crate::ping::Target;
 use std::ffi::OsString;
 use std::time::Duration;
 use tracing::warn;
@@ -51,6 +52,8 @@ pub struct Plan {
     pub subreaper: bool,
     /// The lock, parsed and configured, nothing connected yet.
     pub lock: Backend,
+    /// `--ping`: where the job's start and end are reported.
+    pub ping: Option<Target>,
 }
 
 /// The plan for a run. Checked in the order the messages were always given: the command name,
@@ -61,6 +64,13 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     }
     let hold = hold(args.every, args.min_hold, args.wait)?;
     let lock = backend(args)?;
+    let ping = match &args.ping {
+        Some(url) => Some(
+            Target::parse(url)
+                .map_err(|why| Usage(format!("invalid --ping URL (LOCKRUN_PING_URL): {why}")))?,
+        ),
+        None => None,
+    };
     Ok(Plan {
         spec: LockSpec {
             key: args.key.clone(),
@@ -78,6 +88,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
         group: !args.no_group,
         subreaper: args.subreaper,
         lock,
+        ping,
     })
 }
 

@@ -156,6 +156,20 @@ pub struct Args {
           value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB)]
     pub metrics_file: Option<std::path::PathBuf>,
 
+    /// Ping URL (healthchecks.io and alike) when the job starts and ends
+    ///
+    /// URL/start when this host takes the lock and starts the job; when it ends, URL itself on
+    /// exit 0, URL/<code> on a failure (URL/fail for a lost lock or a stop after which the job
+    /// exited 0). Hosts that skip, and runs that end before taking the lock, send nothing.
+    /// The end ping is sent after the release; lockrun waits for it at most 5s (retrying after
+    /// connection errors and 5xx) and says in one warning if it was not delivered: the exit code
+    /// stays the run's. The URL is a secret: lines show only its scheme and host; prefer
+    /// LOCKRUN_PING_URL to the option (a command line is visible in ps). Not passed on to the
+    /// command. http:// or https://.
+    #[arg(long, env = "LOCKRUN_PING_URL", value_name = "URL", hide_env_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB)]
+    pub ping: Option<String>,
+
     #[command(flatten)]
     pub conn: Connection,
 
