@@ -34,6 +34,9 @@ const START_BOUND: Duration = Duration::from_secs(10);
 /// tried again while the ping's bound lasts.
 const ATTEMPT: Duration = Duration::from_secs(2);
 
+/// Tries of one ping: the first and three more.
+const ATTEMPTS: u32 = 4;
+
 /// The pause before the first retry, doubled before each next one.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -177,13 +180,33 @@ impl Pinger {
                 block_signals();
                 let agent = agent(&target);
                 let start_by = Instant::now() + START_BOUND;
-                let mut delivered = vec![(
-                    Signal::Start,
-                    send(&agent, &target, Signal::Start, start_by),
-                )];
+                // The start ping's pauses between attempts wait for the run's end: once it is
+                // over, the end ping goes out instead of more tries of the start.
+                let mut end = None;
+                let mut over = false;
+                let mut pause = |d| match end_rx.recv_timeout(d) {
+                    Ok(ending) => {
+                        end = Some(ending);
+                        false
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => true,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        over = true;
+                        false
+                    }
+                };
+                let started = send(&agent, &target, Signal::Start, start_by, &mut pause);
+                let mut delivered = vec![(Signal::Start, started)];
                 // The end ping, once the run is over; none if the run sends none.
-                if let Ok((signal, by)) = end_rx.recv() {
-                    delivered.push((signal, send(&agent, &target, signal, by)));
+                if end.is_none() && !over {
+                    end = end_rx.recv().ok();
+                }
+                if let Some((signal, by)) = end {
+                    let mut sleep = |d| {
+                        std::thread::sleep(d);
+                        true
+                    };
+                    delivered.push((signal, send(&agent, &target, signal, by, &mut sleep)));
                 }
                 let _ = report_tx.send(delivered);
             });
@@ -232,10 +255,15 @@ impl Pinger {
             })
             .collect();
         let names: Vec<String> = delivered.iter().map(|(s, _)| s.name()).collect();
+        // The last ping is what the monitor now shows: a start ping given up for the end ping
+        // that then got through leaves the check right (only its duration is missing).
+        let last_failed = delivered.last().is_some_and(|(_, result)| result.is_err());
         if failed.is_empty() {
             tracing::debug!(url = %shown, "health-check pings sent: {}", names.join(", "));
-        } else {
+        } else if last_failed {
             tracing::warn!(url = %shown, "health-check ping not delivered: {}", failed.join("; "));
+        } else {
+            tracing::debug!(url = %shown, "health-check pings sent: {}; not delivered: {}", names.join(", "), failed.join("; "));
         }
     }
 }
@@ -287,15 +315,21 @@ mod tls {
 }
 
 /// Sends `signal`, trying again after a connection error, a timeout or an answer that says to
-/// (5xx, 408, 429), until `by`.
-fn send(agent: &ureq::Agent, target: &Target, signal: Signal, by: Instant) -> Result<(), String> {
+/// (5xx, 408, 429), at most [`ATTEMPTS`] times and until `by`; `pause` waits between two
+/// attempts and says whether to go on.
+fn send(
+    agent: &ureq::Agent,
+    target: &Target,
+    signal: Signal,
+    by: Instant,
+    pause: &mut dyn FnMut(Duration) -> bool,
+) -> Result<(), String> {
     let url = target.url_for(signal);
     let mut backoff = FIRST_BACKOFF;
+    let mut attempts = 0;
     loop {
+        attempts += 1;
         let left = by.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err("no time left to try".into());
-        }
         let attempt = agent
             .get(url.as_str())
             .config()
@@ -307,10 +341,12 @@ fn send(agent: &ureq::Agent, target: &Target, signal: Signal, by: Instant) -> Re
             Err(e) => e,
         };
         let why = describe(&error);
-        if !retried(&error) || Instant::now() + backoff >= by {
+        if !retried(&error) || attempts == ATTEMPTS || Instant::now() + backoff >= by {
             return Err(why);
         }
-        std::thread::sleep(backoff);
+        if !pause(backoff) {
+            return Err(why);
+        }
         backoff *= 2;
     }
 }

@@ -156,7 +156,7 @@ pub struct Args {
           value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB)]
     pub metrics_file: Option<std::path::PathBuf>,
 
-    /// Ping URL (healthchecks.io and alike) when the job starts and ends
+    /// Report the job's start and end to a health-check URL (healthchecks.io's convention)
     ///
     /// URL/start when this host takes the lock and starts the job; when it ends, URL itself on
     /// exit 0, URL/<code> on a failure (URL/fail for a lost lock or a stop after which the job
