@@ -50,7 +50,7 @@ impl Monitor {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let (log, probe, answer) = (log.clone(), probe.clone(), answer.clone());
-                thread::spawn(move || serve(stream, &log, &*probe, &answer));
+                thread::spawn(move || serve(stream, &log, &probe, &answer));
             }
         });
         Monitor { port, requests }
