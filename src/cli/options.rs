@@ -164,11 +164,21 @@ pub struct Args {
     /// The end ping is sent after the release; lockrun waits for it at most 5s (retrying after
     /// connection errors and 5xx) and says in one warning if it was not delivered: the exit code
     /// stays the run's. The URL is a secret: lines show only its scheme and host; prefer
-    /// LOCKRUN_PING_URL to the option (a command line is visible in ps). Not passed on to the
-    /// command. http:// or https://.
+    /// LOCKRUN_PING_URL or --ping-file to the option (a command line is visible in ps).
+    /// LOCKRUN_PING_URL is not passed on to the command. http:// or https://.
     #[arg(long, env = "LOCKRUN_PING_URL", value_name = "URL", hide_env_values = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB)]
     pub ping: Option<String>,
+
+    /// Read the --ping URL from FILE
+    ///
+    /// Keeps the URL out of the crontab and ps where no variable can be set (busybox crond passes
+    /// none of a crontab's variables on). Surrounding whitespace is dropped. Not with --ping
+    /// (exit 64); an unreadable or empty file is exit 64.
+    #[arg(long, env = "LOCKRUN_PING_FILE", value_name = "FILE", hide_env_values = true,
+          value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB,
+          hide_short_help = true)]
+    pub ping_file: Option<std::path::PathBuf>,
 
     #[command(flatten)]
     pub conn: Connection,

@@ -334,3 +334,48 @@ fn a_bad_ping_url_is_a_usage_error_that_does_not_echo_it() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(monitor.lines().len(), 2);
 }
+
+/// `--ping-file`: the URL from a file (a trailing newline dropped), for a crontab line that
+/// cannot set a variable; not with --ping; an empty file or a bad URL in it is exit 64 without
+/// the URL.
+#[test]
+fn the_ping_url_read_from_a_file() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.ping");
+    std::fs::write(&file, format!("{}\n", monitor.url(&ping_path()))).unwrap();
+    let file = file.to_str().unwrap();
+    let out = run({
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--ping-file", file, "k", "--", "true"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let base = format!("/{}", ping_path());
+    assert_eq!(
+        monitor.lines(),
+        [format!("GET {base}/start"), format!("GET {base}")]
+    );
+
+    let bad = dir.path().join("bad.ping");
+    std::fs::write(&bad, format!("ftp://hc-ping.com/{SECRET}\n")).unwrap();
+    let empty = dir.path().join("empty.ping");
+    std::fs::write(&empty, "\n").unwrap();
+    let url = monitor.url(&ping_path());
+    for args in [
+        vec!["--ping-file", file, "--ping", &url],
+        vec!["--ping-file", bad.to_str().unwrap()],
+        vec!["--ping-file", empty.to_str().unwrap()],
+        vec!["--ping-file", "/nonexistent/ping"],
+    ] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(&args).args(["k", "--", "true"]);
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert_no_secret(&stderr);
+    }
+    assert_eq!(monitor.lines().len(), 2, "nothing sent by the refused runs");
+}
