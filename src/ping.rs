@@ -361,13 +361,26 @@ fn retried(error: &ureq::Error) -> bool {
     }
 }
 
+/// The TLS error behind an I/O error (rustls' errors reach the client as I/O errors).
+fn tls_error(e: &std::io::Error) -> Option<String> {
+    #[cfg(feature = "tls")]
+    if let Some(why) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        return Some(why.to_string());
+    }
+    let _ = e;
+    None
+}
+
 /// Why a ping failed, in words that cannot contain the URL (some of the client's own messages
 /// do: a bad URI, a redirect).
 fn describe(error: &ureq::Error) -> String {
     use ureq::Error::*;
     match error {
         StatusCode(code) => format!("HTTP {code}"),
-        Io(e) => e.to_string(),
+        Io(e) => match tls_error(e) {
+            Some(why) => format!("TLS: {why}"),
+            None => e.to_string(),
+        },
         Timeout(_) => "no answer in time".into(),
         HostNotFound => "host not found".into(),
         ConnectionFailed => "connection failed".into(),

@@ -379,3 +379,139 @@ fn the_ping_url_read_from_a_file() {
     }
     assert_eq!(monitor.lines().len(), 2, "nothing sent by the refused runs");
 }
+
+/// Where lockrun's stdout and stderr go does not matter to the pings: on /dev/full or closed,
+/// the pings are sent, a failed one's warning is lost quietly, and the exit code is the job's.
+#[test]
+fn a_full_or_closed_stderr_changes_nothing() {
+    use std::os::unix::process::CommandExt;
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for closed in [false, true] {
+        for refused in [false, true] {
+            let before = monitor.requests().len();
+            let target = if refused {
+                refusing_url(&ping_path())
+            } else {
+                url.clone()
+            };
+            let mut cmd = Lockrun::on(&redis);
+            cmd.env("LOCKRUN_PING_URL", &target)
+                .args(["k", "--", "sh", "-c", "exit 5"])
+                .stdout(full())
+                .stderr(full());
+            if closed {
+                // SAFETY: only close(2), async-signal-safe, between fork and exec.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::close(1);
+                        libc::close(2);
+                        Ok(())
+                    });
+                }
+            }
+            let started = Instant::now();
+            let out = run(cmd);
+            let what = format!("closed: {closed}, refused: {refused}");
+            assert_eq!(out.status.code(), Some(5), "{what}");
+            assert!(started.elapsed() < Duration::from_secs(7), "{what}");
+            let sent = if refused { 0 } else { 2 };
+            assert_eq!(monitor.requests().len() - before, sent, "{what}");
+            assert!(!redis.exists("k"), "{what}");
+        }
+    }
+}
+
+/// An https monitor: Python's http.server behind its ssl module (OpenSSL), with the test CA's
+/// certificate for 127.0.0.1; prints its port, then each request's path as it comes.
+const HTTPS_MONITOR: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print(self.path, flush=True)
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"OK")
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/server.crt", sys.argv[1] + "/server.key")
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// https pings go through lockrun's rustls with the system's trust store, here SSL_CERT_FILE
+/// naming the test CA (as for rediss://): delivered. Without it the monitor's certificate is
+/// not trusted: one warning that says TLS, nothing delivered, the exit code unchanged.
+#[test]
+fn https_pings_verify_the_monitor_against_the_trust_store() {
+    use std::io::BufRead;
+    let redis = Server::start();
+    let certs = crate::support::server::certificates();
+    let mut monitor = Killed(
+        std::process::Command::new("python3")
+            .args(["-c", HTTPS_MONITOR])
+            .arg(certs.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 for the https monitor"),
+    );
+    let mut lines = std::io::BufReader::new(monitor.0.stdout.take().unwrap()).lines();
+    let port = lines.next().unwrap().unwrap();
+    let url = format!("https://127.0.0.1:{port}/{}", ping_path());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ca = certs.path().join("ca.crt");
+    for trusted in [true, false] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.env("LOCKRUN_PING_URL", &url)
+            .args(["k", "--", "sh", "-c", "exit 2"]);
+        if trusted {
+            cmd.env("SSL_CERT_FILE", &ca);
+        } else {
+            // An empty store: no system CA signs the test's certificate anyway.
+            cmd.env("SSL_CERT_FILE", "/dev/null");
+        }
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_no_secret(&stderr);
+        let got: Vec<String> = rx.try_iter().collect();
+        let base = format!("/{}", ping_path());
+        if trusted {
+            assert_eq!(
+                got,
+                [format!("{base}/start"), format!("{base}/2")],
+                "{stderr}"
+            );
+            assert!(ping_warnings(&stderr).is_empty(), "{stderr}");
+        } else {
+            assert!(got.is_empty(), "{got:?}");
+            let warnings = ping_warnings(&stderr);
+            assert_eq!(warnings.len(), 1, "{stderr}");
+            assert!(warnings[0].contains("TLS"), "{stderr}");
+        }
+    }
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
