@@ -9,8 +9,8 @@
 //! - [`watchdog`]: lease renewal while the job runs
 //! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
 //!   its process group, reaping
-//! - [`ending`]: how a run ended, decided once; the exit code, history entry and metrics
-//!   file are rendered from it
+//! - [`ending`]: how a run ended, decided once; the exit code, history entry, metrics file and
+//!   health-check ping are rendered from it
 //! - [`exit_codes`]: how every ending maps to a process exit code, and what each code means
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`utc`]: UTC times as text (the holder value, the run history, an error line before logging starts)

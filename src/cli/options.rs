@@ -167,7 +167,8 @@ pub struct Args {
     /// LOCKRUN_PING_URL or --ping-file to the option (a command line is visible in ps).
     /// LOCKRUN_PING_URL is not passed on to the command. http:// or https://.
     #[arg(long, env = "LOCKRUN_PING_URL", value_name = "URL", hide_env_values = true,
-          value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB)]
+          value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB,
+          hide_short_help = true)]
     pub ping: Option<String>,
 
     /// Read the --ping URL from FILE
