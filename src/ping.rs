@@ -230,7 +230,7 @@ impl Pinger {
         let (end, report) = match sender {
             Sender::Running { end, report } => (end, report),
             Sender::NotStarted(why) => {
-                tracing::warn!(url = %shown, "health-check pings not sent: cannot start a thread for them: {why}");
+                tracing::warn!(url = %shown, "health-check ping not delivered: cannot start a thread for it: {why}");
                 return;
             }
         };
@@ -243,7 +243,7 @@ impl Pinger {
         let delivered = match report.recv_timeout(END_BOUND + Duration::from_millis(250)) {
             Ok(delivered) => delivered,
             Err(_) => {
-                tracing::warn!(url = %shown, "health-check pings not delivered within {}s; not waiting longer", END_BOUND.as_secs());
+                tracing::warn!(url = %shown, "health-check ping not delivered: no answer within {}s; not waiting longer", END_BOUND.as_secs());
                 return;
             }
         };
@@ -281,7 +281,11 @@ fn agent(target: &Target) -> ureq::Agent {
     let config = ureq::Agent::config_builder()
         .user_agent(concat!("lockrun/", env!("CARGO_PKG_VERSION")))
         .timeout_global(Some(ATTEMPT))
-        .max_idle_connections(1);
+        .max_idle_connections(1)
+        // A redirect is answered, not followed: a monitor's ping URL does not move, and an
+        // http:// URL redirected to https:// would need the trust store only then (the
+        // client would fail there without it: it is read only for an https:// URL).
+        .max_redirects(0);
     #[cfg(feature = "tls")]
     let config = if target.url.scheme() == "https" {
         config.tls_config(tls::config())
@@ -337,7 +341,14 @@ fn send(
             .build()
             .call();
         let error = match attempt {
-            Ok(_) => return Ok(()),
+            Ok(answer) if answer.status().is_success() => return Ok(()),
+            // Only a redirect (not followed) gets here: the client makes 4xx and 5xx errors.
+            Ok(answer) => {
+                return Err(format!(
+                    "HTTP {} (a redirect, not followed: ping the URL it names)",
+                    answer.status().as_u16()
+                ))
+            }
             Err(e) => e,
         };
         let why = describe(&error);
@@ -387,7 +398,6 @@ fn describe(error: &ureq::Error) -> String {
         Tls(why) => format!("TLS: {why}"),
         #[cfg(feature = "tls")]
         Rustls(e) => format!("TLS: {e}"),
-        TooManyRedirects | RedirectFailed => "redirect failed".into(),
         Protocol(_) => "not an HTTP answer".into(),
         _ => "request failed".into(),
     }

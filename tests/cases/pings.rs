@@ -205,9 +205,9 @@ fn a_refused_connection_is_one_warning_and_the_exit_code_stays() {
 
 /// A monitor that answers 503, then 502, then 200: the start ping is tried again (while the
 /// job runs) until it gets through; no warning. A 404 (no such check) is not tried again, and
-/// is the warning.
+/// is the warning; so is a redirect, which is not followed.
 #[test]
-fn a_5xx_is_tried_again_and_a_404_is_not() {
+fn a_5xx_is_tried_again_and_a_404_or_a_redirect_is_not() {
     let redis = Server::start();
     let monitor = Monitor::answering(Answer::Statuses(vec![503, 502, 200]), Box::new(String::new));
     let url = monitor.url(&ping_path());
@@ -236,6 +236,16 @@ fn a_5xx_is_tried_again_and_a_404_is_not() {
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(warnings[0].contains("HTTP 404"), "{stderr}");
     assert_no_secret(&stderr);
+
+    // A redirect is not followed (nor tried again): no ping counts as delivered by it.
+    let moved = Monitor::answering(Answer::Statuses(vec![301]), Box::new(String::new));
+    let out = pinging(&redis, &moved.url(&ping_path()), &["k", "--", "true"]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(moved.lines().len(), 2, "one try each: {stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("HTTP 301"), "{stderr}");
 }
 
 /// The threads of process `pid`.

@@ -120,7 +120,18 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, probe: &Probe, answer
             }
             Answer::Statuses(statuses) => statuses[index.min(statuses.len() - 1)],
         };
-        let reply = format!("HTTP/1.1 {status} X\r\nContent-Length: 2\r\n\r\nOK");
+        // A redirect names the same path over https (as an http-to-https redirect would).
+        let location = match status {
+            300..=399 => {
+                let port = stream.local_addr().map(|a| a.port()).unwrap_or_default();
+                format!(
+                    "Location: https://127.0.0.1:{port}{}\r\n",
+                    log.lock().unwrap()[index].path
+                )
+            }
+            _ => String::new(),
+        };
+        let reply = format!("HTTP/1.1 {status} X\r\n{location}Content-Length: 2\r\n\r\nOK");
         if stream.write_all(reply.as_bytes()).is_err() {
             return;
         }
