@@ -21,6 +21,8 @@ use crate::lock::Outcome;
 use std::cell::RefCell;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use url::Url;
 
 /// The longest lockrun waits for the pings once the run is over (and the lock released):
@@ -294,7 +296,31 @@ fn agent(target: &Target) -> ureq::Agent {
     };
     #[cfg(not(feature = "tls"))]
     let _ = target;
-    config.build().new_agent()
+    ureq::Agent::with_parts(
+        config.build(),
+        DefaultConnector::default(),
+        InPlace::default(),
+    )
+}
+
+/// Host names are looked up on the pings' thread itself. The client's own resolver, given a
+/// timeout, looks up on a thread it starts with `std::thread::spawn`, which panics when no
+/// thread can be made (a process limit): with `panic = "abort"` that would end lockrun while
+/// the job runs. A lookup that hangs costs nothing but the ping: lockrun waits for the pings
+/// at most [`END_BOUND`] whatever they are doing.
+#[derive(Debug, Default)]
+struct InPlace(DefaultResolver);
+
+impl Resolver for InPlace {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        _: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        // No timeout: the client's resolver then looks up in place (getaddrinfo(3)).
+        self.0.resolve(uri, config, NextTimeout::default())
+    }
 }
 
 #[cfg(feature = "tls")]

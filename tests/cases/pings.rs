@@ -476,7 +476,8 @@ fn https_pings_verify_the_monitor_against_the_trust_store() {
     );
     let mut lines = std::io::BufReader::new(monitor.0.stdout.take().unwrap()).lines();
     let port = lines.next().unwrap().unwrap();
-    let url = format!("https://127.0.0.1:{port}/{}", ping_path());
+    // A name, not an address: the lookup is part of what is tested.
+    let url = format!("https://localhost:{port}/{}", ping_path());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
