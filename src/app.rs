@@ -12,6 +12,7 @@ use crate::ending::{decide, Course, Ending};
 use crate::lock::backend::Backend;
 use crate::lock::{Holder, Lease, LockService, LockSpec};
 use crate::metrics::RunRecord;
+use crate::ping::Pinger;
 use crate::plan::Plan;
 use crate::signals::Signals;
 use crate::supervisor::{self, Guard, Job, SpawnError};
@@ -25,7 +26,15 @@ use turn::{take_turns, unavailable, Turn, Waiter};
 
 /// One run of `plan`, and how it ended; `record` gets what happened along the way (wait,
 /// fence, held, renewals), the caller adds the ending.
-pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> Ending {
+///
+/// `pinger` (`--ping`) is told when the job is about to start; the run's end is reported to it
+/// by the caller, once the lock is released.
+pub async fn run(
+    plan: Plan,
+    signals: &mut Signals,
+    record: &mut RunRecord,
+    pinger: Option<&Pinger>,
+) -> Ending {
     // The run's start as its metrics count it: history durations and metrics agree.
     let started = Instant::from_std(record.started());
     let Plan {
@@ -41,6 +50,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
         group,
         subreaper,
         mut lock,
+        ping: _,
     } = plan;
     let opts = supervisor::Options {
         group,
@@ -57,7 +67,15 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
     if let Some((token, fence)) = reentrant_token(&spec.key) {
         match lock.is_held_by(&spec, &token).await {
             Ok(true) => {
-                return run_nested(&spec, token, fence, &command, &opts, signals, record).await
+                let nested = Nested {
+                    spec: &spec,
+                    token,
+                    fence,
+                    command: &command,
+                    opts: &opts,
+                    pinger,
+                };
+                return nested.run(signals, record).await;
             }
             Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
             Err(e) => return Ending::failed(unavailable(&e)),
@@ -79,6 +97,7 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
         hold,
         terminate,
         clamped_grace: Cell::new((grace < kill_after && terminate).then_some(grace)),
+        pinger,
     };
     let start =
         async |lock: &mut Backend, signals: &mut Signals, lease: &Lease, record: &mut RunRecord| {
@@ -89,39 +108,47 @@ pub async fn run(plan: Plan, signals: &mut Signals, record: &mut RunRecord) -> E
 
 /// A nested lockrun of a key an enclosing lockrun holds: the job runs under that holder's
 /// lock, with no lock of its own to take, renew or release.
-async fn run_nested(
-    spec: &LockSpec,
+struct Nested<'a> {
+    spec: &'a LockSpec,
+    /// The enclosing holder's token and fence, passed on to the job.
     token: String,
     fence: String,
-    command: &[OsString],
-    opts: &supervisor::Options,
-    signals: &mut Signals,
-    record: &mut RunRecord,
-) -> Ending {
-    info!(key = %spec.key, "redis lock already held by this job (reentrant)");
-    // The outer lockrun holds the lock (and records its fence and renewals). The job runs
-    // under that holder's key, token and fence, whichever enclosing lockrun it is (A → B → A:
-    // A's, not B's).
-    record.wait = record.elapsed();
-    let env = [
-        ("LOCKRUN_KEY", spec.key.clone()),
-        ("LOCKRUN_TOKEN", token),
-        ("LOCKRUN_FENCE", fence),
-    ];
-    let job = match Job::spawn(command, &env, opts, None) {
-        Ok(job) => job,
-        Err(e) => {
-            error!("{e}");
-            return Ending::failed(e.exit_code());
+    command: &'a [OsString],
+    opts: &'a supervisor::Options,
+    pinger: Option<&'a Pinger>,
+}
+
+impl Nested<'_> {
+    async fn run(self, signals: &mut Signals, record: &mut RunRecord) -> Ending {
+        let spec = self.spec;
+        info!(key = %spec.key, "redis lock already held by this job (reentrant)");
+        // The outer lockrun holds the lock (and records its fence and renewals). The job runs
+        // under that holder's key, token and fence, whichever enclosing lockrun it is (A → B →
+        // A: A's, not B's).
+        record.wait = record.elapsed();
+        let env = [
+            ("LOCKRUN_KEY", spec.key.clone()),
+            ("LOCKRUN_TOKEN", self.token),
+            ("LOCKRUN_FENCE", self.fence),
+        ];
+        if let Some(pinger) = self.pinger {
+            pinger.start();
         }
-    };
-    type Unguarded = std::future::Pending<Lost>;
-    let job = supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
-    decide(Course::Ran {
-        job,
-        stop_received: signals.stop_received().is_some(),
-        key_gone: false,
-    })
+        let job = match Job::spawn(self.command, &env, self.opts, None) {
+            Ok(job) => job,
+            Err(e) => {
+                error!("{e}");
+                return Ending::failed(e.exit_code());
+            }
+        };
+        type Unguarded = std::future::Pending<Lost>;
+        let job = supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
+        decide(Course::Ran {
+            job,
+            stop_received: signals.stop_received().is_some(),
+            key_gone: false,
+        })
+    }
 }
 
 /// The job a lease is taken for: started under it, supervised with the watchdog renewing it.
@@ -137,6 +164,8 @@ struct HeldJob<'a> {
     /// The loss grace, when the TTL cuts `--kill-after` short (`watchdog::loss_grace`): said
     /// once, when a job is about to start (a skipped cron tick stays one line).
     clamped_grace: Cell<Option<Duration>>,
+    /// `--ping`: told when the job is about to start.
+    pinger: Option<&'a Pinger>,
 }
 
 impl HeldJob<'_> {
@@ -164,6 +193,10 @@ impl HeldJob<'_> {
             ),
         ];
         let deadline = Deadline::new(lease, spec.ttl, lock.drift(spec.ttl), kill_after);
+        // Sent from a thread of its own: the job starts without waiting for it.
+        if let Some(pinger) = self.pinger {
+            pinger.start();
+        }
         let job = match Job::spawn(self.command, &env, self.opts, Some(deadline.term_at())) {
             Ok(job) => job,
             Err(SpawnError::LeaseExpired) => return Turn::Expired,

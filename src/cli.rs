@@ -261,11 +261,11 @@ mod tests {
             let var = a.get_env().map(|v| v.to_string_lossy().into_owned());
             let long = a.get_long().unwrap_or_default();
             let expected = format!("LOCKRUN_{}", long.to_uppercase().replace('-', "_"));
-            // The one variable not named after its flag: what a URL is, not a verb.
-            let expected = if long == "redis" {
-                "LOCKRUN_REDIS_URL".to_string()
-            } else {
-                expected
+            // The variables not named after their flag: what a URL is, not a verb.
+            let expected = match long {
+                "redis" => "LOCKRUN_REDIS_URL".to_string(),
+                "ping" => "LOCKRUN_PING_URL".to_string(),
+                _ => expected,
             };
             assert_eq!(var.as_deref(), Some(expected.as_str()), "--{long}");
         }

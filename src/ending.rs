@@ -1,7 +1,8 @@
 //! How a run ended, decided in one place: [`decide`] turns what the run came to (a
 //! [`Course`]) into its [`Ending`], and everything that reports the end is rendered from that:
-//! the process exit code ([`Ending::code`]), the key's history entry ([`Ending::note`]) and the
-//! metrics file ([`crate::metrics::RunRecord::finish`]).
+//! the process exit code ([`Ending::code`]), the key's history entry ([`Ending::note`]), the
+//! metrics file ([`crate::metrics::RunRecord::finish`]) and the health-check ping
+//! ([`crate::ping::end_signal`]).
 //!
 //! A new way for a run to end is one variant of [`Course`] (or of [`Stopped`], for a new reason
 //! lockrun stops a job) and one arm of [`decide`].

@@ -9,14 +9,15 @@
 //! - [`watchdog`]: lease renewal while the job runs
 //! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
 //!   its process group, reaping
-//! - [`ending`]: how a run ended, decided once; the exit code, history entry and metrics
-//!   file are rendered from it
+//! - [`ending`]: how a run ended, decided once; the exit code, history entry, metrics file and
+//!   health-check ping are rendered from it
 //! - [`exit_codes`]: how every ending maps to a process exit code, and what each code means
 //! - [`logging`]: lockrun's own lines on stderr (text or JSON)
 //! - [`utc`]: UTC times as text (the holder value, the run history, an error line before logging starts)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
+//! - [`ping`]: `--ping`, the job's start and end reported to a health-check URL
 //! - [`runtime`]: the async runtime
 //! - [`app`]: one run, start to finish
 //! - [`ops`]: the operators' commands (status, list, release, history, doctor)
@@ -32,6 +33,7 @@ pub mod logging;
 pub mod metrics;
 pub mod ops;
 pub mod output;
+pub mod ping;
 pub mod plan;
 pub mod runtime;
 pub mod signals;
@@ -82,9 +84,13 @@ fn run() -> ExitCode {
     // Handlers first, before any network I/O (and before reading a password from a pipe): a
     // SIGTERM during start-up must not kill lockrun with the default action while it may
     // already hold the lock.
+    let mut pinger = None;
     let ending = match signals::Signals::install() {
         Ok(mut signals) => match plan::resolve(&args) {
-            Ok(plan) => run_with(plan, &mut signals, &mut record),
+            Ok(mut plan) => {
+                pinger = plan.ping.take().map(ping::Pinger::new);
+                run_with(plan, &mut signals, &mut record, pinger.as_ref())
+            }
             Err(usage) => {
                 tracing::error!("{usage}");
                 Ending::failed(ExitCode::Usage)
@@ -100,6 +106,10 @@ fn run() -> ExitCode {
         record.finish(&ending);
         metrics::write(path, &record);
     }
+    // After the metrics file: the ping may wait on the network (bounded, `ping::END_BOUND`).
+    if let Some(pinger) = &pinger {
+        pinger.finish(&ending);
+    }
     ending.code
 }
 
@@ -108,6 +118,7 @@ fn run_with(
     plan: plan::Plan,
     signals: &mut signals::Signals,
     record: &mut metrics::RunRecord,
+    pinger: Option<&ping::Pinger>,
 ) -> Ending {
     if plan.subreaper {
         if let Err(e) = supervisor::become_subreaper() {
@@ -116,7 +127,7 @@ fn run_with(
         }
     }
     match runtime::build() {
-        Ok(runtime) => runtime.block_on(app::run(plan, signals, record)),
+        Ok(runtime) => runtime.block_on(app::run(plan, signals, record, pinger)),
         Err(code) => Ending::failed(code),
     }
 }

@@ -15,6 +15,7 @@ use crate::lock::redis::{ConnectOptions, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
 use crate::lock::LockSpec;
+use crate::ping::Target;
 use std::ffi::OsString;
 use std::time::Duration;
 use tracing::warn;
@@ -55,6 +56,8 @@ pub struct Plan {
     pub subreaper: bool,
     /// The lock, parsed and configured, nothing connected yet.
     pub lock: Backend,
+    /// `--ping`: where the job's start and end are reported.
+    pub ping: Option<Target>,
 }
 
 /// The plan for a run. Checked in the order the messages were always given: the command name,
@@ -75,6 +78,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
                 .into(),
         ));
     }
+    let ping = ping(args.ping.as_deref(), args.ping_file.as_deref())?;
     Ok(Plan {
         spec: LockSpec {
             key: args.key.clone(),
@@ -96,6 +100,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
         group: !args.no_group,
         subreaper: args.subreaper,
         lock,
+        ping,
     })
 }
 
@@ -202,6 +207,46 @@ fn backend(args: &Args) -> Result<Backend, Usage> {
         1 => Backend::One(nodes.remove(0)),
         _ => Backend::Quorum(Redlock::new(nodes, timeout)),
     })
+}
+
+/// `--ping` (`LOCKRUN_PING_URL`) or the URL in `--ping-file`, checked; the messages never say
+/// the URL, a secret.
+fn ping(url: Option<&str>, file: Option<&std::path::Path>) -> Result<Option<Target>, Usage> {
+    let (url, from) = match (url, file) {
+        (Some(_), Some(_)) => {
+            return Err(Usage(
+                "both --ping (LOCKRUN_PING_URL) and --ping-file are given; use one".into(),
+            ))
+        }
+        (Some(url), None) => (url.to_string(), "--ping URL (LOCKRUN_PING_URL)".to_string()),
+        (None, Some(file)) => (
+            read_ping_file(file)?,
+            format!("URL in --ping-file '{}'", file.display()),
+        ),
+        (None, None) => return Ok(None),
+    };
+    Target::parse(&url)
+        .map(Some)
+        .map_err(|why| Usage(format!("invalid {from}: {why}")))
+}
+
+/// The URL in `file`, surrounding whitespace dropped; at most 64 KiB of it is read (a wrong
+/// path, a device, must not make lockrun read on).
+fn read_ping_file(file: &std::path::Path) -> Result<String, Usage> {
+    use std::io::Read;
+    let cannot =
+        |e: std::io::Error| Usage(format!("cannot read --ping-file '{}': {e}", file.display()));
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .map_err(cannot)?
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    let url = text.trim();
+    if url.is_empty() {
+        return Err(Usage(format!("--ping-file '{}' is empty", file.display())));
+    }
+    Ok(url.to_string())
 }
 
 /// How to reach and authenticate to the server(s), from the options and the environment

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= shared every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
+    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= shared every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= ping= ping-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -37,6 +37,8 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-after -d 'Grace be
 complete -c lockrun -n "__fish_lockrun_needs_command" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Write how the run ended to PATH, for Prometheus' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ping -d 'Report the job\'s start and end to a health-check URL (healthchecks.io\'s convention)' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ping-file -d 'Read the --ping URL from FILE' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-user -d 'ACL user to authenticate as' -r
@@ -155,6 +157,8 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l kill-after -d 'G
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l on-lost -d 'What to do with the command when the lock is lost' -r -f -a "terminate\t'Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76'
 continue\t'Log a warning, let the command finish, and exit with its code'"
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l metrics-file -d 'Write how the run ended to PATH, for Prometheus' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l ping -d 'Report the job\'s start and end to a health-check URL (healthchecks.io\'s convention)' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l ping-file -d 'Read the --ping URL from FILE' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s r -l redis -d 'Redis URL (default redis://127.0.0.1:6379)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l node-timeout -d 'Bound on each Redis request, below TTL/3. With several masters, per node (default TTL/10 within 10ms..1s); with one, the request timeout (default TTL/3 within 50ms..3s)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l redis-user -d 'ACL user to authenticate as' -r

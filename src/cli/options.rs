@@ -203,6 +203,31 @@ pub struct Args {
           value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB)]
     pub metrics_file: Option<std::path::PathBuf>,
 
+    /// Report the job's start and end to a health-check URL (healthchecks.io's convention)
+    ///
+    /// URL/start when this host takes the lock and starts the job; when it ends, URL itself on
+    /// exit 0, URL/<code> on a failure (URL/fail for a lost lock or a stop after which the job
+    /// exited 0). Hosts that skip, and runs that end before taking the lock, send nothing.
+    /// The end ping is sent after the release; lockrun waits for it at most 5s (retrying after
+    /// connection errors and 5xx) and says in one warning if it was not delivered: the exit code
+    /// stays the run's. The URL is a secret: lines show only its scheme and host; prefer
+    /// LOCKRUN_PING_URL or --ping-file to the option (a command line is visible in ps).
+    /// LOCKRUN_PING_URL is not passed on to the command. http:// or https://.
+    #[arg(long, env = "LOCKRUN_PING_URL", value_name = "URL", hide_env_values = true,
+          value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB,
+          hide_short_help = true)]
+    pub ping: Option<String>,
+
+    /// Read the --ping URL from FILE
+    ///
+    /// Keeps the URL out of the crontab and ps where no variable can be set (busybox crond passes
+    /// none of a crontab's variables on). Surrounding whitespace is dropped. Not with --ping
+    /// (exit 64); an unreadable or empty file is exit 64.
+    #[arg(long, env = "LOCKRUN_PING_FILE", value_name = "FILE", hide_env_values = true,
+          value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB,
+          hide_short_help = true)]
+    pub ping_file: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub conn: Connection,
 

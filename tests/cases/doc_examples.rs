@@ -61,6 +61,7 @@
 //! a table with a comment per entry; jobs that are placeholders for the reader's own
 //! ([`STAND_INS`]) are scripts the test writes, which log that they ran.
 
+use crate::support::monitor::Monitor;
 use crate::support::{lockrun_bin, Server};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -287,9 +288,16 @@ struct Fixture {
     error_lines: Option<(String, Vec<String>, Vec<String>)>,
     /// The last shell block run: its file and what it printed, for an output block below it.
     last_run: Option<(String, Output)>,
+    /// The health-check monitor the `--ping` examples' hc-ping.com stands for.
+    monitor: Option<Monitor>,
 }
 
 const PASSWORD: &str = "doc-example-password";
+
+/// The `--ping` examples' monitor (healthchecks.io's ping host) and the crontab's file that
+/// holds such a URL.
+const PING_HOST: &str = "https://hc-ping.com/";
+const PING_FILE: &str = "/etc/lockrun/report.ping";
 
 /// The servers a block's runs must reach.
 #[derive(Clone, Copy)]
@@ -373,6 +381,7 @@ impl Fixture {
             password: None,
             error_lines: None,
             last_run: None,
+            monitor: None,
         }
     }
 
@@ -434,6 +443,15 @@ impl Fixture {
             "/var/lib/prometheus/node-exporter".to_string(),
             textfile.display().to_string(),
         ));
+        // healthchecks.io's ping host, and the file the crontab's --ping-file names (holding
+        // such a URL): a local monitor, which must get the block's pings ([`Fixture::pings`]).
+        if text.contains(PING_HOST) || text.contains(PING_FILE) {
+            let monitor = self.monitor.get_or_insert_with(Monitor::start);
+            map.push((PING_HOST.to_string(), monitor.url("")));
+            let file = scratch.work.join("report.ping");
+            std::fs::write(&file, format!("{}\n", monitor.url("your-uuid-here"))).unwrap();
+            map.push((PING_FILE.to_string(), file.display().to_string()));
+        }
         // The absolute stand-in jobs.
         for job in STAND_INS.iter().filter(|j| j.starts_with('/')) {
             let stand_in = scratch.bin.join(stand_in_name(job));
@@ -447,6 +465,11 @@ impl Fixture {
             Reach::Main
         };
         (map, reach)
+    }
+
+    /// The requests the monitor got so far (0 without one).
+    fn pings(&self) -> usize {
+        self.monitor.as_ref().map_or(0, |m| m.requests().len())
     }
 
     /// Whether the runs of a block left keys on each server it names.
@@ -527,6 +550,7 @@ impl Fixture {
         self.flush();
         let scratch = Scratch::new();
         let (map, reach) = self.mapping(&b.body, &scratch);
+        let pings_before = self.pings();
         let script = substitute(&b.body, &map);
         let out = Command::new("timeout")
             .args(["60", "bash", "-e", "-c", &script])
@@ -554,6 +578,9 @@ impl Fixture {
                 &script,
                 &out,
             ));
+        }
+        if b.body.contains(PING_HOST) && self.pings() == pings_before {
+            return Err(explain("no ping reached the monitor", &script, &out));
         }
         Ok(())
     }
@@ -766,6 +793,7 @@ impl Fixture {
         self.flush();
         let scratch = Scratch::new();
         let (map, reach) = self.mapping(&b.body, &scratch);
+        let pings_before = self.pings();
         let command = substitute(command, &map);
         let vars: Vec<(String, String)> = vars
             .iter()
@@ -821,6 +849,15 @@ impl Fixture {
         if !self.reached(reach) {
             return Err(explain(
                 &format!("{at}: lockrun never reached the test's server"),
+                &command,
+                &first,
+            ));
+        }
+        if (command.contains("--ping") || command.contains("LOCKRUN_PING"))
+            && self.pings() == pings_before
+        {
+            return Err(explain(
+                &format!("{at}: no ping reached the monitor"),
                 &command,
                 &first,
             ));

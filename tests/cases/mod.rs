@@ -25,6 +25,7 @@ mod odd_replies;
 mod odd_usage;
 mod operators;
 mod pid_namespaces;
+mod pings;
 mod platform_stops;
 mod redlock;
 mod replication;

@@ -13,6 +13,7 @@ pub mod cron;
 pub mod fake;
 pub mod ha;
 pub mod lockrun;
+pub mod monitor;
 pub mod netns;
 pub mod proxy;
 pub mod replication;

@@ -1,0 +1,528 @@
+//! `--ping` / `LOCKRUN_PING_URL`: the host that runs the job reports its start and end to a
+//! health-check monitor (the HTTP server of `support::monitor`, recording each request), in
+//! healthchecks.io's convention; hosts that skip and runs that fail before the lock stay
+//! silent; a monitor that fails, refuses or never answers costs a bounded wait and one warning,
+//! never the exit code; the URL, a secret, is never printed whole.
+
+use crate::support::monitor::{refusing_url, Answer, Monitor};
+use crate::support::*;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The part of the ping URLs that must never show: healthchecks.io's check UUID.
+const SECRET: &str = "5e1f-secret-uuid";
+
+fn ping_path() -> String {
+    format!("ping/{SECRET}")
+}
+
+/// A monitor whose records say whether `key` existed on `redis` when each ping came.
+fn watching(redis: &Server, key: &str, answer: Answer) -> Monitor {
+    let client = redis.client();
+    let key = key.to_string();
+    Monitor::answering(
+        answer,
+        Box::new(move || {
+            let mut conn = client.get_connection().unwrap();
+            let n: i64 = redis::cmd("EXISTS").arg(&key).query(&mut conn).unwrap();
+            if n == 1 { "held" } else { "free" }.to_string()
+        }),
+    )
+}
+
+/// `lockrun` on `redis` with `LOCKRUN_PING_URL=url`, output captured.
+fn pinging(redis: &Server, url: &str, args: &[&str]) -> Output {
+    let mut cmd = Lockrun::on(redis);
+    cmd.env("LOCKRUN_PING_URL", url).args(args);
+    run(cmd)
+}
+
+/// The warnings about pings in `stderr`.
+fn ping_warnings(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("health-check"))
+        .collect()
+}
+
+fn assert_no_secret(stderr: &str) {
+    assert!(
+        !stderr.contains(SECRET),
+        "the ping URL was printed: {stderr}"
+    );
+}
+
+/// Three hosts start the same job at once: the one that runs it pings /start while it holds
+/// the lock and the plain URL (success) once it has released it; the two that skip send
+/// nothing.
+#[test]
+fn the_winner_pings_start_then_success_and_the_skipped_stay_silent() {
+    let redis = Server::start();
+    let monitor = watching(&redis, "tick", Answer::Statuses(vec![200]));
+    let url = monitor.url(&ping_path());
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            let mut cmd = Lockrun::on(&redis);
+            cmd.env("LOCKRUN_PING_URL", &url)
+                .args(["tick", "--", "sleep", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(wait_output).collect();
+    let mut codes: Vec<i32> = outs.iter().map(|o| o.status.code().unwrap()).collect();
+    codes.sort();
+    let stderr: String = outs.iter().map(stderr_of).collect();
+    assert_eq!(codes, [0, 75, 75], "{stderr}");
+    let requests = monitor.requests();
+    let seen: Vec<(String, String)> = requests
+        .iter()
+        .map(|r| (format!("{} {}", r.method, r.path), r.probed.clone()))
+        .collect();
+    let base = format!("/{}", ping_path());
+    assert_eq!(
+        seen,
+        [
+            (format!("GET {base}/start"), "held".to_string()),
+            (format!("GET {base}"), "free".to_string()),
+        ],
+        "{stderr}"
+    );
+    assert!(requests[1].at.duration_since(requests[0].at) >= Duration::from_millis(900));
+    assert!(ping_warnings(&stderr).is_empty(), "{stderr}");
+    assert_no_secret(&stderr);
+}
+
+/// A job that fails pings its exit code; one that cannot be started (the lock was taken for
+/// it) pings lockrun's 127.
+#[test]
+fn a_failing_job_pings_its_exit_code() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let base = format!("/{}", ping_path());
+    let out = pinging(&redis, &url, &["k", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    let out = pinging(&redis, &url, &["k", "--", "/nonexistent/job"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr_of(&out));
+    assert_eq!(
+        monitor.lines(),
+        [
+            format!("GET {base}/start"),
+            format!("GET {base}/3"),
+            format!("GET {base}/start"),
+            format!("GET {base}/127"),
+        ]
+    );
+}
+
+/// A lock lost while the job runs is a failure: exit 76 pings /76; with --on-lost continue and
+/// a job that exits 0, /fail (the exit code 0 is no success here).
+#[test]
+fn a_lost_lock_pings_a_failure() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let base = format!("/{}", ping_path());
+    for (extra, job, code, end) in [
+        (&[][..], "sleep 30", 76, "/76"),
+        (&["--on-lost", "continue"][..], "sleep 3", 0, "/fail"),
+    ] {
+        let before = monitor.requests().len();
+        let mut cmd = Lockrun::on(&redis);
+        // -v: the first confirmed renewal's line; TTL 1.5 s as in the metrics tests (a loaded
+        // machine must not lose the lease before the test deletes it).
+        cmd.env("LOCKRUN_PING_URL", &url)
+            .args(["-v", "-t", "1500ms"])
+            .args(extra)
+            .args(["vanishing", "--", "sh", "-c", job])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = wait_for_line(&mut child, "redis lock renewed");
+        redis.cmd::<i64>(&["DEL", "vanishing"]);
+        lines.wait_for("redis lock lost");
+        let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+        let rest = lines.rest();
+        assert_eq!(status.code(), Some(code), "{extra:?}: {rest}");
+        assert_eq!(
+            monitor.lines()[before..],
+            [format!("GET {base}/start"), format!("GET {base}{end}")],
+            "{extra:?}: {rest}"
+        );
+        assert_no_secret(&rest);
+    }
+}
+
+/// A monitor that accepts and never answers: the exit code is the job's, lockrun waits for the
+/// pings at most its bound (5 s) after the job, and says so in one warning that names the
+/// monitor's host and not the URL. The lock was released before that wait.
+#[test]
+fn a_monitor_that_never_answers_costs_a_bounded_wait_and_one_warning() {
+    let redis = Server::start();
+    let monitor = watching(&redis, "k", Answer::Never);
+    let url = monitor.url(&ping_path());
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_PING_URL", &url)
+        .args(["k", "--", "sh", "-c", "exit 4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let child = cmd.spawn().unwrap();
+    // The job is over at once: from here only the pings keep lockrun.
+    eventually("the start ping", || !monitor.requests().is_empty());
+    eventually("the lock released", || !redis.exists("k"));
+    let out = wait_output(child);
+    let took = started.elapsed();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(took < Duration::from_secs(8), "took {took:?}: {stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains(&monitor.url("…")), "{stderr}");
+    assert_no_secret(&stderr);
+}
+
+/// Nothing listens at the URL: the connection is refused, tried again a few times within the
+/// bound, one warning, the exit code unchanged.
+#[test]
+fn a_refused_connection_is_one_warning_and_the_exit_code_stays() {
+    let redis = Server::start();
+    let url = refusing_url(&ping_path());
+    let started = Instant::now();
+    let out = pinging(&redis, &url, &["k", "--", "true"]);
+    let took = started.elapsed();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(took < Duration::from_secs(7), "took {took:?}: {stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("refused"), "{stderr}");
+    assert!(!redis.exists("k"));
+    assert_no_secret(&stderr);
+}
+
+/// A monitor that answers 503, then 502, then 200: the start ping is tried again (while the
+/// job runs) until it gets through; no warning. A 404 (no such check) is not tried again, and
+/// is the warning; so is a redirect, which is not followed.
+#[test]
+fn a_5xx_is_tried_again_and_a_404_or_a_redirect_is_not() {
+    let redis = Server::start();
+    let monitor = Monitor::answering(Answer::Statuses(vec![503, 502, 200]), Box::new(String::new));
+    let url = monitor.url(&ping_path());
+    let base = format!("/{}", ping_path());
+    let out = pinging(&redis, &url, &["k", "--", "sleep", "2"]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        monitor.lines(),
+        [
+            format!("GET {base}/start"),
+            format!("GET {base}/start"),
+            format!("GET {base}/start"),
+            format!("GET {base}"),
+        ],
+        "{stderr}"
+    );
+    assert!(ping_warnings(&stderr).is_empty(), "{stderr}");
+
+    let missing = Monitor::answering(Answer::Statuses(vec![404]), Box::new(String::new));
+    let out = pinging(&redis, &missing.url(&ping_path()), &["k", "--", "true"]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(missing.lines().len(), 2, "one try each: {stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("HTTP 404"), "{stderr}");
+    assert_no_secret(&stderr);
+
+    // A redirect is not followed (nor tried again): no ping counts as delivered by it.
+    let moved = Monitor::answering(Answer::Statuses(vec![301]), Box::new(String::new));
+    let out = pinging(&redis, &moved.url(&ping_path()), &["k", "--", "true"]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(moved.lines().len(), 2, "one try each: {stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("HTTP 301"), "{stderr}");
+}
+
+/// The threads of process `pid`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// Without --ping nothing is sent and no thread is started; a run that ends before taking the
+/// lock (Redis unreachable, exit 69) sends nothing either; the job does not get the URL.
+#[test]
+fn no_ping_without_the_option_nor_before_the_lock_and_not_for_the_job() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let job = format!(
+        "echo \"${{LOCKRUN_PING_URL-unset}}\"; touch {}; sleep 1",
+        ready.display()
+    );
+    let mut counted = Vec::new();
+    for with_ping in [false, true] {
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = Lockrun::on(&redis);
+        if with_ping {
+            cmd.env("LOCKRUN_PING_URL", &url);
+        }
+        cmd.args(["k", "--", "sh", "-c", &job])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        wait_for_file_of(&mut child, &ready);
+        counted.push(threads(child.id()));
+        let out = wait_output(child);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert_eq!(
+            stdout_of(&out).trim(),
+            "unset",
+            "the job's LOCKRUN_PING_URL"
+        );
+        let sent = if with_ping { 2 } else { 0 };
+        assert_eq!(monitor.lines().len(), sent, "with_ping: {with_ping}");
+    }
+    assert_eq!(
+        counted[1],
+        counted[0] + 1,
+        "threads without and with --ping"
+    );
+
+    let down = refusing_url("");
+    let mut cmd = Lockrun::bare();
+    cmd.env("LOCKRUN_PING_URL", &url).args([
+        "-r",
+        &down.replace("http://", "redis://"),
+        "k",
+        "--",
+        "true",
+    ]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr_of(&out));
+    assert_eq!(monitor.lines().len(), 2, "nothing more");
+}
+
+/// A URL lockrun cannot ping is a usage error (64) before anything runs, and its message does
+/// not echo the URL; the option's own form works like the variable.
+#[test]
+fn a_bad_ping_url_is_a_usage_error_that_does_not_echo_it() {
+    let redis = Server::start();
+    for bad in [
+        format!("hc-ping.com/{SECRET}"),
+        format!("ftp://hc-ping.com/{SECRET}"),
+    ] {
+        for via_env in [true, false] {
+            let mut cmd = Lockrun::on(&redis);
+            if via_env {
+                cmd.env("LOCKRUN_PING_URL", &bad);
+            } else {
+                cmd.args(["--ping", &bad]);
+            }
+            cmd.args(["k", "--", "true"]);
+            let out = run(cmd);
+            let stderr = stderr_of(&out);
+            assert_eq!(out.status.code(), Some(64), "{bad}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains("--ping"), "{stderr}");
+            assert_no_secret(&stderr);
+            assert!(!redis.exists("k"));
+        }
+    }
+    let monitor = Monitor::start();
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["--ping", &monitor.url(&ping_path()), "k", "--", "true"]);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(monitor.lines().len(), 2);
+}
+
+/// `--ping-file`: the URL from a file (a trailing newline dropped), for a crontab line that
+/// cannot set a variable; not with --ping; an empty file or a bad URL in it is exit 64 without
+/// the URL.
+#[test]
+fn the_ping_url_read_from_a_file() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.ping");
+    std::fs::write(&file, format!("{}\n", monitor.url(&ping_path()))).unwrap();
+    let file = file.to_str().unwrap();
+    let out = run({
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--ping-file", file, "k", "--", "true"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let base = format!("/{}", ping_path());
+    assert_eq!(
+        monitor.lines(),
+        [format!("GET {base}/start"), format!("GET {base}")]
+    );
+
+    let bad = dir.path().join("bad.ping");
+    std::fs::write(&bad, format!("ftp://hc-ping.com/{SECRET}\n")).unwrap();
+    let empty = dir.path().join("empty.ping");
+    std::fs::write(&empty, "\n").unwrap();
+    let url = monitor.url(&ping_path());
+    for args in [
+        vec!["--ping-file", file, "--ping", &url],
+        vec!["--ping-file", bad.to_str().unwrap()],
+        vec!["--ping-file", empty.to_str().unwrap()],
+        vec!["--ping-file", "/nonexistent/ping"],
+    ] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(&args).args(["k", "--", "true"]);
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert_no_secret(&stderr);
+    }
+    assert_eq!(monitor.lines().len(), 2, "nothing sent by the refused runs");
+}
+
+/// Where lockrun's stdout and stderr go does not matter to the pings: on /dev/full or closed,
+/// the pings are sent, a failed one's warning is lost quietly, and the exit code is the job's.
+#[test]
+fn a_full_or_closed_stderr_changes_nothing() {
+    use std::os::unix::process::CommandExt;
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    for closed in [false, true] {
+        for refused in [false, true] {
+            let before = monitor.requests().len();
+            let target = if refused {
+                refusing_url(&ping_path())
+            } else {
+                url.clone()
+            };
+            let mut cmd = Lockrun::on(&redis);
+            cmd.env("LOCKRUN_PING_URL", &target)
+                .args(["k", "--", "sh", "-c", "exit 5"])
+                .stdout(full())
+                .stderr(full());
+            if closed {
+                // SAFETY: only close(2), async-signal-safe, between fork and exec.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        libc::close(1);
+                        libc::close(2);
+                        Ok(())
+                    });
+                }
+            }
+            let started = Instant::now();
+            let out = run(cmd);
+            let what = format!("closed: {closed}, refused: {refused}");
+            assert_eq!(out.status.code(), Some(5), "{what}");
+            assert!(started.elapsed() < Duration::from_secs(7), "{what}");
+            let sent = if refused { 0 } else { 2 };
+            assert_eq!(monitor.requests().len() - before, sent, "{what}");
+            assert!(!redis.exists("k"), "{what}");
+        }
+    }
+}
+
+/// An https monitor: Python's http.server behind its ssl module (OpenSSL), with the test CA's
+/// certificate for 127.0.0.1; prints its port, then each request's path as it comes.
+const HTTPS_MONITOR: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print(self.path, flush=True)
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"OK")
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/server.crt", sys.argv[1] + "/server.key")
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// https pings go through lockrun's rustls with the system's trust store, here SSL_CERT_FILE
+/// naming the test CA (as for rediss://): delivered. Without it the monitor's certificate is
+/// not trusted: one warning that says TLS, nothing delivered, the exit code unchanged.
+#[test]
+fn https_pings_verify_the_monitor_against_the_trust_store() {
+    use std::io::BufRead;
+    let redis = Server::start();
+    let certs = crate::support::server::certificates();
+    let mut monitor = Killed(
+        std::process::Command::new("python3")
+            .args(["-c", HTTPS_MONITOR])
+            .arg(certs.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 for the https monitor"),
+    );
+    let mut lines = std::io::BufReader::new(monitor.0.stdout.take().unwrap()).lines();
+    let port = lines.next().unwrap().unwrap();
+    // A name, not an address: the lookup is part of what is tested.
+    let url = format!("https://localhost:{port}/{}", ping_path());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ca = certs.path().join("ca.crt");
+    for trusted in [true, false] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.env("LOCKRUN_PING_URL", &url)
+            .args(["k", "--", "sh", "-c", "exit 2"]);
+        if trusted {
+            cmd.env("SSL_CERT_FILE", &ca);
+        } else {
+            // An empty store: no system CA signs the test's certificate anyway.
+            cmd.env("SSL_CERT_FILE", "/dev/null");
+        }
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_no_secret(&stderr);
+        let got: Vec<String> = rx.try_iter().collect();
+        let base = format!("/{}", ping_path());
+        if trusted {
+            assert_eq!(
+                got,
+                [format!("{base}/start"), format!("{base}/2")],
+                "{stderr}"
+            );
+            assert!(ping_warnings(&stderr).is_empty(), "{stderr}");
+        } else {
+            assert!(got.is_empty(), "{got:?}");
+            let warnings = ping_warnings(&stderr);
+            assert_eq!(warnings.len(), 1, "{stderr}");
+            assert!(warnings[0].contains("TLS"), "{stderr}");
+        }
+    }
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,139 @@
+//! A health-check monitor for `--ping`: an HTTP server on a port of 127.0.0.1 the system picks,
+//! that records each request it gets (and, at that moment, what `probe` says: whether the lock
+//! is still held) and answers as told: with a status, never, or not at all (nothing listens).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How the monitor answers.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// These statuses, one per request in order; the last one for every request after.
+    Statuses(Vec<u16>),
+    /// Reads the request and never answers (the connection stays open).
+    Never,
+}
+
+/// One request the monitor got.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    /// The path and query, as sent.
+    pub path: String,
+    pub at: Instant,
+    /// What `probe` said when it came.
+    pub probed: String,
+}
+
+type Probe = Box<dyn Fn() -> String + Send + Sync>;
+
+pub struct Monitor {
+    port: u16,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl Monitor {
+    /// A monitor answering 200 to everything.
+    pub fn start() -> Monitor {
+        Monitor::answering(Answer::Statuses(vec![200]), Box::new(String::new))
+    }
+
+    pub fn answering(answer: Answer, probe: Probe) -> Monitor {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the monitor");
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (log, probe) = (requests.clone(), Arc::new(probe));
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (log, probe, answer) = (log.clone(), probe.clone(), answer.clone());
+                thread::spawn(move || serve(stream, &log, &probe, &answer));
+            }
+        });
+        Monitor { port, requests }
+    }
+
+    /// `http://127.0.0.1:<port>/<path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}/{path}", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// "METHOD path" of each request so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
+    }
+}
+
+/// A URL where nothing listens: the connection is refused.
+pub fn refusing_url(path: &str) -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}/{path}")
+}
+
+fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, probe: &Probe, answer: &Answer) {
+    // Requests on one connection, one after another (a client may keep it open).
+    let mut buf = Vec::new();
+    loop {
+        let head = loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                buf.drain(..end + 4);
+                break head;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let mut words = head.lines().next().unwrap_or_default().split(' ');
+        let request = Request {
+            method: words.next().unwrap_or_default().to_string(),
+            path: words.next().unwrap_or_default().to_string(),
+            at: Instant::now(),
+            probed: probe(),
+        };
+        let index = {
+            let mut log = log.lock().unwrap();
+            log.push(request);
+            log.len() - 1
+        };
+        let status = match answer {
+            Answer::Never => {
+                // Held open, unanswered, for longer than any test waits.
+                thread::sleep(Duration::from_secs(600));
+                return;
+            }
+            Answer::Statuses(statuses) => statuses[index.min(statuses.len() - 1)],
+        };
+        // A redirect names the same path over https (as an http-to-https redirect would).
+        let location = match status {
+            300..=399 => {
+                let port = stream.local_addr().map(|a| a.port()).unwrap_or_default();
+                format!(
+                    "Location: https://127.0.0.1:{port}{}\r\n",
+                    log.lock().unwrap()[index].path
+                )
+            }
+            _ => String::new(),
+        };
+        let reply = format!("HTTP/1.1 {status} X\r\n{location}Content-Length: 2\r\n\r\nOK");
+        if stream.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
