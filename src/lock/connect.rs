@@ -11,6 +11,7 @@
 
 use super::endpoint::{Endpoint, Shape};
 use super::redis_errors::is_dropped;
+use super::url::Certs;
 use super::LockError;
 use majority::Votes;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
@@ -136,11 +137,7 @@ impl Connector {
     pub fn new(endpoint: Endpoint, timeout: Duration) -> Result<Connector, String> {
         let certs = endpoint.certs.clone();
         let client = |info: &ConnectionInfo| -> Result<Client, String> {
-            match &certs {
-                Some(c) => Client::build_with_tls(info.clone(), c.clone()),
-                None => Client::open(info.clone()),
-            }
-            .map_err(|e| {
+            open_client(info.clone(), certs.as_ref()).map_err(|e| {
                 endpoint.secrets.scrub(&format!(
                     "{} '{}' or TLS files: {}",
                     super::url::INVALID,
@@ -282,11 +279,7 @@ impl Connector {
             _ => ConnectionAddr::Tcp(host, port),
         };
         let info = node.clone().set_addr(addr);
-        match &self.endpoint.certs {
-            Some(c) => Client::build_with_tls(info, c.clone()),
-            None => Client::open(info),
-        }
-        .map_err(Fail::Redis)
+        open_client(info, self.endpoint.certs.as_ref()).map_err(Fail::Redis)
     }
 
     /// Asks every sentinel at once and takes the primary that a majority of the listed
@@ -385,16 +378,30 @@ fn cluster_builder(
     timeout: Duration,
 ) -> ClusterClientBuilder {
     let share = cluster_share(timeout);
-    let mut builder = ClusterClientBuilder::new(seeds.to_vec())
+    let builder = ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(share)
         .response_timeout(share)
         // Our own bound covers a whole request; redis-rs's default of 16 retries with
         // backoff would outlast it and hide a dead shard behind a generic timeout.
         .retries(2);
-    if let Some(certs) = &endpoint.certs {
-        builder = builder.certs(certs.clone());
+    match &endpoint.certs {
+        #[cfg(feature = "tls")]
+        Some(certs) => builder.certs(certs.clone()),
+        #[cfg(not(feature = "tls"))]
+        Some(c) => match *c {},
+        None => builder,
     }
-    builder
+}
+
+/// A client of one node, with the `--tls-*` certificates when there are any.
+fn open_client(info: ConnectionInfo, certs: Option<&Certs>) -> redis::RedisResult<Client> {
+    match certs {
+        #[cfg(feature = "tls")]
+        Some(c) => Client::build_with_tls(info, c.clone()),
+        #[cfg(not(feature = "tls"))]
+        Some(c) => match *c {},
+        None => Client::open(info),
+    }
 }
 
 fn cluster_client(

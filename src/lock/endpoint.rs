@@ -22,7 +22,7 @@ pub struct Endpoint {
     pub secrets: Secrets,
     /// `rediss`: TLS to every node (and to the sentinels).
     pub tls: bool,
-    pub certs: Option<redis::TlsCertificates>,
+    pub certs: Option<super::url::Certs>,
 }
 
 pub enum Shape {

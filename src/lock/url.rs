@@ -53,16 +53,34 @@ pub struct TlsFiles {
     pub key: Option<std::path::PathBuf>,
 }
 
+/// The certificates the `--tls-*` files hold, as redis-rs takes them. A build without the `tls`
+/// feature has none (and no rediss://), so the type has no value there.
+#[cfg(feature = "tls")]
+pub type Certs = redis::TlsCertificates;
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug)]
+pub enum Certs {}
+
 impl TlsFiles {
     /// Reads the files; None when no option was given (the system trust store applies). Errors
     /// name the option and the file, never a file's content (a key is a secret).
-    pub fn load(&self, url_is_tls: bool) -> Result<Option<redis::TlsCertificates>, String> {
+    pub fn load(&self, url_is_tls: bool) -> Result<Option<Certs>, String> {
         if self.ca.is_none() && self.cert.is_none() && self.key.is_none() {
             return Ok(None);
         }
         if !url_is_tls {
             return Err("--tls-ca, --tls-cert and --tls-key need a rediss:// URL".into());
         }
+        self.read()
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn read(&self) -> Result<Option<Certs>, String> {
+        Err("--tls-ca, --tls-cert and --tls-key need lockrun built with TLS (its default `tls` feature)".into())
+    }
+
+    #[cfg(feature = "tls")]
+    fn read(&self) -> Result<Option<Certs>, String> {
         let read = |what: &str, p: &Path| {
             read_small_file(p)
                 .map_err(|e| format!("cannot read the {what} file '{}': {e}", p.display()))
