@@ -182,6 +182,8 @@ pub(super) struct Waiter<'a> {
     conflict_exit_code: u8,
     /// "already acquired; waiting" was said (once per run).
     announced: bool,
+    /// An attempt has been answered (a standby subscribes from then on).
+    looked: bool,
     /// The holder the last look found, and when the server said that holder's lease ends.
     ends: Option<(Option<String>, Instant)>,
     /// `--spread`: how long to wait before the first attempt.
@@ -211,6 +213,7 @@ impl<'a> Waiter<'a> {
             started,
             conflict_exit_code,
             announced: false,
+            looked: false,
             ends: None,
             delay: None,
         }
@@ -246,7 +249,9 @@ impl<'a> Waiter<'a> {
             if let Some(sig) = stops.take_stop() {
                 return Err(self.stopped(lock, sig).await);
             }
-            if self.waiting {
+            // A standby subscribes only once its first attempt finds the tick taken: the host
+            // that takes the tick makes the two requests of any run, no SUBSCRIBE.
+            if self.waiting && (!self.standby || self.looked) {
                 // Before each attempt (a no-op while subscribed): a release between our attempt
                 // and our sleep is not missed. A failure here is not the end of the wait: a
                 // queued CI job must survive a Redis restart; the attempt below meets the same
@@ -326,6 +331,11 @@ impl<'a> Waiter<'a> {
                               "redis lock already acquired; standing by for the rest of this tick");
                     } else {
                         info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
+                    }
+                    if self.standby && !std::mem::replace(&mut self.looked, true) {
+                        // Subscribe, then look again at once: a release between this look and
+                        // the subscription is then not missed.
+                        continue;
                     }
                     let sleep = next_look(pttl, rank);
                     let sleep = if stale { sleep.max(STALE_LOOK) } else { sleep };
@@ -799,7 +809,11 @@ mod tests {
         .await;
         assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
         assert!(ran.took >= SECS(5) && ran.took < SECS(6), "{:?}", ran.took);
-        assert_eq!(lock.calls.first().unwrap(), "subscribe", "a standby queues");
+        assert_eq!(
+            lock.calls[..3],
+            ["acquire", "subscribe", "acquire"],
+            "a standby subscribes once the tick is taken, then looks again"
+        );
         assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
         assert!(!lock.calls.iter().any(|c| c == "start"));
     }
@@ -838,7 +852,22 @@ mod tests {
         .await;
         assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
         assert_eq!(ran.took, Duration::ZERO);
-        assert_eq!(lock.calls, ["subscribe", "acquire", "leave:skipped"]);
+        assert_eq!(lock.calls, ["acquire", "leave:skipped"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_host_that_takes_the_tick_makes_the_requests_of_any_run() {
+        let mut lock = fake(vec![Answer::TookOver(7, 1)]);
+        let ran = run_tick(
+            &mut lock,
+            ONCE,
+            Some(SECS(54)),
+            &mut FakeStops::default(),
+            vec![],
+        )
+        .await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -492,3 +492,35 @@ fn a_tick_record_changed_by_hand_is_named() {
     );
     assert!(!redis.exists("tick"));
 }
+
+/// The host that takes a tick makes the requests of any run: its acquire and its release, no
+/// SUBSCRIBE; a standby subscribes once it finds the tick taken.
+#[test]
+fn the_host_that_takes_the_tick_makes_two_requests() {
+    let redis = Server::start();
+    let requests = || {
+        ["evalsha", "eval", "subscribe"]
+            .iter()
+            .map(|c| redis.calls(c))
+            .collect::<Vec<u64>>()
+    };
+    let once = |key: &str| {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--standby", "--every", "1m", key, "--", "true"]);
+        assert_eq!(run(cmd).status.code(), Some(0));
+    };
+    // The scripts loaded first (NOSCRIPT, then EVAL), then counted.
+    once("warm");
+    let before = requests();
+    once("tick");
+    let after = requests();
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [2, 0, 0],
+        "EVALSHA, EVAL, SUBSCRIBE"
+    );
+}
