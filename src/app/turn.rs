@@ -87,7 +87,8 @@ where
         record.fence = lease.fence;
         record.attempt = spec.tick.map(|_| lease.attempt);
         if lease.attempt > 1 {
-            warn!(key = %spec.key, attempt = lease.attempt,
+            // Its own target: `-q` lets this warning through (see `logging::init`).
+            warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
         }
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence, "redis lock acquired, starting job");
