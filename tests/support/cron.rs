@@ -1075,14 +1075,20 @@ impl CronDaemon {
         }
     }
 
-    /// Lets running jobs finish (cron has no children left: its per-job children wait for the
-    /// job and send its mail), for at most `patience`, then kills the daemon and checks that no
-    /// process is left in its PID namespace. Returns what went wrong.
+    /// Lets running jobs finish (cron has no live children left: its per-job children wait for
+    /// the job and send its mail), for at most `patience`, then kills the daemon and checks that
+    /// no process is left in its PID namespace. Returns what went wrong.
     pub fn stop(&mut self, patience: Duration) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some(cron) = self.cron {
             let start = std::time::Instant::now();
-            while !descendants(cron).is_empty() {
+            // A zombie has ended: busybox crond reaps its jobs only when it next wakes (up to a
+            // minute later), and waiting for that could run into the next tick's fire.
+            let zombie = |pid: &u32| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+            };
+            while !descendants(cron).iter().all(zombie) {
                 if start.elapsed() > patience {
                     problems.push(format!(
                         "{}: jobs still running {patience:?} after the last tick, killed:\n{}",
