@@ -436,8 +436,9 @@ struct Observed {
     injected: Vec<Injected>,
     history: HistoryLog,
     /// Each host's lines that are no log line of its daemon: busybox crond's output, and the
-    /// bodies of Debian cron's mails.
-    output: Vec<(String, String)>,
+    /// bodies of Debian cron's mails, with the time the mail was sent (for a line of the shell's
+    /// own, such as dash's `Killed`, which has no time of its own).
+    output: Vec<(String, String, Option<f64>)>,
     problems: Vec<String>,
 }
 
@@ -527,7 +528,7 @@ fn run_config(
     let mut output = Vec::new();
     for d in &daemons {
         for l in d.output() {
-            output.push((d.host.clone(), l));
+            output.push((d.host.clone(), l, None));
         }
     }
     // Debian's cron: each mail's body (after the headers), from the host in its name.
@@ -536,18 +537,18 @@ fn run_config(
         .unwrap_or_default();
     names.sort();
     for p in names {
-        let host = p
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .split('.')
+        // `<host>.<pid>.<ns since the epoch>` (`sendmail_layer`).
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let host = name.split('.').next().unwrap_or("?").to_string();
+        let sent = name
+            .rsplit('.')
             .next()
-            .unwrap_or("?")
-            .to_string();
+            .and_then(|ns| ns.parse::<f64>().ok())
+            .map(|ns| ns / 1e9);
         let mail = std::fs::read_to_string(&p).unwrap_or_default();
         let body = mail.split_once("\n\n").map_or("", |(_, b)| b);
         for l in body.lines().filter(|l| !l.trim().is_empty()) {
-            output.push((host.clone(), l.to_string()));
+            output.push((host.clone(), l.to_string(), sent));
         }
     }
     Observed {
@@ -954,8 +955,8 @@ fn check(setup: &Setup, sched: &Schedule, seen: Observed, monitor: &[Seen], net:
 
     // Cron's mail and busybox crond's output, by tick.
     let mut warns: BTreeMap<i64, Vec<String>> = BTreeMap::new();
-    for (host, line) in &seen.output {
-        let Some(t) = line_time(line) else {
+    for (host, line, sent) in &seen.output {
+        let Some(t) = line_time(line).or(*sent) else {
             problems.push(format!("{host} printed a line without a time: {line:?}"));
             continue;
         };
