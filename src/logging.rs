@@ -43,6 +43,11 @@ pub fn init_logging(
     })
 }
 
+/// The target of a `--standby` host's takeover warning, which `-q` lets through: a tick its
+/// first host did not complete is what the guide's `-q -E 0` crontab line has cron mail (a host
+/// that died cannot say anything itself), while every skip stays silent.
+pub const TAKEOVER: &str = "lockrun::takeover";
+
 /// `-q` wins, then `-v`, then `LOCKRUN_LOG` (a tracing filter such as `debug`), then `info`.
 pub fn init(
     quiet: bool,
@@ -51,7 +56,12 @@ pub fn init(
     format: Format,
 ) -> Result<(), String> {
     let filter = if quiet {
-        EnvFilter::default().add_directive(LevelFilter::ERROR.into())
+        let takeover = format!("{TAKEOVER}=warn")
+            .parse()
+            .expect("a valid directive");
+        EnvFilter::default()
+            .add_directive(LevelFilter::ERROR.into())
+            .add_directive(takeover)
     } else if verbose > 0 {
         let level = if verbose == 1 {
             LevelFilter::DEBUG

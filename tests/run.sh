@@ -9,7 +9,9 @@
 # collects the results table, e.g. LOCKRUN_FAULTS_SCALE=10 LOCKRUN_FAULTS_REPORT=f.md bash tests/run.sh faults_
 # The real-cron test (tests/cases/cron.rs, `cron_*`, root only): LOCKRUN_CRON_MINUTES=<n> minutes
 # observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
-# installs cron, libfaketime and busybox-static for it.
+# installs cron, libfaketime and busybox-static for it. Its --standby test
+# (tests/cases/cron_standby.rs, also root only, with tests/ensure-netns.sh's tools too) takes
+# the same LOCKRUN_CRON_MINUTES, and LOCKRUN_CRON_STANDBY_REPORT=<file> for its table.
 # The availability suite (tests/cases/ha_*.rs: Sentinel, Cluster and Redlock under partitions,
 # restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
 # LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the
@@ -37,7 +39,7 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 # (process and output handling), and the tests that talk to a fake server alone (no server of
 # either kind is asked anything there).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::pid_namespaces:: --skip cases::journal:: --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::cron_standby:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::pid_namespaces:: --skip cases::journal:: --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"

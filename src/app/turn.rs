@@ -86,7 +86,8 @@ where
         record.fence = lease.fence;
         record.attempt = spec.tick.map(|_| lease.attempt);
         if lease.attempt > 1 {
-            warn!(key = %spec.key, attempt = lease.attempt,
+            // Its own target: `-q` lets this warning through (see `logging::init`).
+            warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
         }
         // `mode` only in shared mode: an exclusive run's line is as it always is.

@@ -386,8 +386,9 @@ pub struct Connection {
 pub struct Logs {
     /// Print errors only
     ///
-    /// A conflict is not an error: -q -E 0 is silent when the lock is held. LOCKRUN_QUIET yields
-    /// to -v.
+    /// A conflict is not an error: -q -E 0 is silent when the lock is held. A --standby host
+    /// that takes a tick over still says so (one WARN line), so cron mails it. LOCKRUN_QUIET
+    /// yields to -v.
     #[arg(short, long, env = "LOCKRUN_QUIET",
           value_parser = parse_switch, hide_env_values = true, help_heading = OUTPUT)]
     pub quiet: bool,

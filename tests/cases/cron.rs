@@ -232,6 +232,7 @@ fn setup<'a>(config: &'a Config, block: &str, line: Option<&str>, url: &str) -> 
         line,
         control: config.control,
         extra: &extra,
+        options: &[],
     };
     let crontab = build_crontab(block, &spec).unwrap_or_else(|e| {
         panic!(
@@ -276,42 +277,6 @@ struct HostSeen {
     output: Vec<String>,
 }
 
-/// The key's `lockrun history`, every entry once: read after each tick and at the end, as the
-/// stream keeps only about the last 100 runs (`--history`, which the README's line leaves at its
-/// default) and a long run has more.
-#[derive(Default)]
-struct HistoryLog {
-    entries: BTreeMap<(u64, String, u64, String), HistoryEntry>,
-    problems: Vec<String>,
-}
-
-impl HistoryLog {
-    fn read(&mut self, key: &str, url: &str) {
-        let mut cmd = Lockrun::bare();
-        cmd.args(["history", key, "--json", "-n", "10000", "-r", url]);
-        let out = crate::support::run(cmd);
-        if !out.status.success() {
-            self.problems
-                .push(format!("lockrun history failed: {}", stderr_of(&out)));
-            return;
-        }
-        match parse_history(&stdout_of(&out)) {
-            Ok(entries) => {
-                for e in entries {
-                    let id = (e.time_ms, e.host.clone(), e.duration_ms, e.outcome.clone());
-                    self.entries.insert(id, e);
-                }
-            }
-            Err(e) => self.problems.push(e),
-        }
-    }
-
-    /// Newest first, as `lockrun history` prints them.
-    fn entries(&self) -> Vec<HistoryEntry> {
-        self.entries.values().rev().cloned().collect()
-    }
-}
-
 /// Starts the three daemons at their fractions of a second, keeps them until `stop_at`, and
 /// stops them once their jobs have ended. Returns what each host was and printed, the key's
 /// history, and what went wrong.
@@ -337,6 +302,7 @@ fn run_daemons(
             sendmail_layer: &setup.layer,
             skew_s: h.skew,
             tools,
+            netns: None,
         }));
     }
     for d in daemons.iter_mut() {
@@ -752,6 +718,7 @@ fn spec<'a>(line: Option<&'a str>, extra: &'a [String]) -> CrontabSpec<'a> {
         line,
         control: false,
         extra,
+        options: &[],
     }
 }
 

@@ -7,6 +7,7 @@ mod command_cannot_start;
 mod contention;
 mod core;
 mod cron;
+mod cron_standby;
 mod doc_examples;
 mod doc_links;
 mod doctor;

@@ -522,5 +522,35 @@ fn the_host_that_takes_the_tick_makes_two_requests() {
         ],
         [2, 0, 0],
         "EVALSHA, EVAL, SUBSCRIBE"
+
+/// The guide's line has `-q` (errors only): the takeover's WARN line is printed all the same,
+/// so that cron mails it; the standbys' skips stay silent.
+#[test]
+fn a_takeover_is_said_under_q() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host_with(&redis, dir.path(), "a", "1m", "30s", "sleep 60", &["-q"]);
+    a.until("a holds the tick", || redis.exists("tick"));
+    let job = job_pid(dir.path(), "a");
+    let b = host_with(&redis, dir.path(), "b", "1m", "30s", "true", &["-q"]);
+    let c = host_with(&redis, dir.path(), "c", "1m", "30s", "true", &["-q"]);
+    eventually("b and c queued", || {
+        redis.cmd::<u64>(&["ZCARD", "lockrun:waiters:{tick}"]) == 2
+    });
+    kill(job, libc::SIGKILL);
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(137), "{err}");
+    let (b, c) = (b.finish(), c.finish());
+    assert_eq!((b.0, c.0), (Some(0), Some(0)), "{} {}", b.2, c.2);
+    let said: Vec<&str> = [b.2.as_str(), c.2.as_str()]
+        .into_iter()
+        .flat_map(str::lines)
+        .collect();
+    assert_eq!(said.len(), 1, "one line in all, the takeover's: {said:?}");
+    assert!(
+        said[0].contains(" WARN ")
+            && said[0]
+                .contains("the host that took this tick did not complete it; running it here"),
+        "{said:?}"
     );
 }

@@ -61,14 +61,26 @@ pub fn tick_of(t: f64) -> i64 {
 /// The first ```` ```cron ```` fenced block under the `## Crontab` heading of the README (before
 /// the next `## ` heading): the lines the docs tell people to install.
 pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
-    let mut lines = readme.lines();
+    crontab_block(readme, "README.md", "## Crontab")
+}
+
+/// The first ```` ```cron ```` fenced block of `doc` (named `name` in errors) under the heading
+/// line `heading`, before the next heading of its level or above (`## Crontab` ends at the next
+/// `## ` or `# `): the lines that section tells people to install.
+pub fn crontab_block(doc: &str, name: &str, heading: &str) -> Result<String, String> {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let ends_section = |l: &str| {
+        let hashes = l.chars().take_while(|c| *c == '#').count();
+        (1..=level).contains(&hashes) && l[hashes..].starts_with(' ')
+    };
+    let mut lines = doc.lines();
     lines
         .by_ref()
-        .find(|l| l.trim_end() == "## Crontab")
-        .ok_or("README.md has no `## Crontab` heading")?;
+        .find(|l| l.trim_end() == heading)
+        .ok_or(format!("{name} has no `{heading}` heading"))?;
     let mut block = None;
     for line in lines.by_ref() {
-        if line.starts_with("## ") {
+        if ends_section(line) {
             break;
         }
         if line.trim_end() == "```cron" {
@@ -76,7 +88,7 @@ pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
             break;
         }
     }
-    let mut block = block.ok_or("no ```cron block under `## Crontab` in README.md")?;
+    let mut block = block.ok_or(format!("no ```cron block under `{heading}` in {name}"))?;
     for line in lines {
         if line.trim_end() == "```" {
             return Ok(block);
@@ -84,7 +96,9 @@ pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
         block.push_str(line);
         block.push('\n');
     }
-    Err("the ```cron block under `## Crontab` in README.md is not closed".into())
+    Err(format!(
+        "the ```cron block under `{heading}` in {name} is not closed"
+    ))
 }
 
 /// `NAME=value`, a crontab environment line.
@@ -137,6 +151,8 @@ pub struct CrontabSpec<'a> {
     pub control: bool,
     /// Lines appended as they are (the mail capture check).
     pub extra: &'a [String],
+    /// Options put on the line before the key, as they are (the standby test's `--ttl`).
+    pub options: &'a [&'a str],
 }
 
 /// A Redis URL token (the value of `-r`, `--redis=` or an environment line).
@@ -221,6 +237,10 @@ pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> 
                 "the crontab line {sched:?} does not run lockrun as its command"
             ));
         }
+        let key_at = tokens.iter().position(|t| t == README_KEY).unwrap();
+        for (k, option) in spec.options.iter().enumerate() {
+            tokens.insert(key_at + k, option.to_string());
+        }
         for t in tokens.iter_mut() {
             if t == README_KEY {
                 *t = spec.key.into();
@@ -292,6 +312,10 @@ pub struct HistoryEntry {
     /// From lockrun's start (waiting included) to `time_ms`.
     pub duration_ms: u64,
     pub exit_code: Option<i64>,
+    /// `--standby`: which attempt at its tick the run was (absent for a first attempt that
+    /// completed it, and for skips).
+    pub attempt: Option<i64>,
+    pub fence: Option<u64>,
 }
 
 impl HistoryEntry {
@@ -318,6 +342,8 @@ pub fn parse_history(json: &str) -> Result<Vec<HistoryEntry>, String> {
                     time_ms,
                     duration_ms,
                     exit_code: e["exit_code"].as_i64(),
+                    attempt: e["attempt"].as_i64(),
+                    fence: e["fence"].as_u64(),
                 }),
                 _ => Err(format!(
                     "history entry without outcome/host/time_ms/duration_ms: {e}"
@@ -325,6 +351,44 @@ pub fn parse_history(json: &str) -> Result<Vec<HistoryEntry>, String> {
             }
         })
         .collect()
+}
+
+/// The key's `lockrun history`, every entry once: read after each tick and at the end, as the
+/// stream keeps only about the last 100 runs (`--history`, which the README's line leaves at its
+/// default) and a long run has more.
+#[derive(Default)]
+pub struct HistoryLog {
+    entries: BTreeMap<(u64, String, u64, String), HistoryEntry>,
+    pub problems: Vec<String>,
+}
+
+impl HistoryLog {
+    pub fn read(&mut self, key: &str, url: &str) {
+        let mut cmd = super::Lockrun::bare();
+        cmd.args(["history", key, "--json", "-n", "10000", "-r", url]);
+        let out = super::run(cmd);
+        if !out.status.success() {
+            self.problems.push(format!(
+                "lockrun history failed: {}",
+                super::stderr_of(&out)
+            ));
+            return;
+        }
+        match parse_history(&super::stdout_of(&out)) {
+            Ok(entries) => {
+                for e in entries {
+                    let id = (e.time_ms, e.host.clone(), e.duration_ms, e.outcome.clone());
+                    self.entries.insert(id, e);
+                }
+            }
+            Err(e) => self.problems.push(e),
+        }
+    }
+
+    /// Newest first, as `lockrun history` prints them.
+    pub fn entries(&self) -> Vec<HistoryEntry> {
+        self.entries.values().rev().cloned().collect()
+    }
 }
 
 /// How far apart a `ran` entry's start and its job-log line's may be (lockrun starting up and
@@ -664,6 +728,9 @@ pub struct DaemonSpec<'a> {
     /// The daemon's clock minus the real one, in seconds (0: no libfaketime at all).
     pub skew_s: i32,
     pub tools: &'a Tools,
+    /// A network namespace to run in (`/run/netns/<name>`, a [`super::netns::Net`] host's), so
+    /// that a test can cut the host off; `None`: the test's own network.
+    pub netns: Option<&'a Path>,
 }
 
 /// A real cron daemon as a host: `unshare -m -u -p -f --kill-child --mount-proc` runs a start
@@ -858,7 +925,16 @@ impl CronDaemon {
             .append(true)
             .open(d.join("daemon.err"))
             .unwrap();
-        let mut cmd = Command::new("unshare");
+        // In a network namespace, `nsenter --net` execs unshare: the child is unshare all the same.
+        let mut cmd = match spec.netns {
+            Some(ns) => {
+                let mut cmd = Command::new("nsenter");
+                cmd.arg(format!("--net={}", ns.display()))
+                    .args(["--", "unshare"]);
+                cmd
+            }
+            None => Command::new("unshare"),
+        };
         // -p -f --mount-proc: the daemon is PID 1 of a namespace of its own (with a /proc to
         // match, for lockrun's own /proc reads). When such an init dies the kernel kills every
         // process in the namespace, so a job cannot outlive its daemon. --kill-child: unshare
@@ -967,6 +1043,26 @@ impl CronDaemon {
         }
     }
 
+    /// The pids (as the test sees them) of every process in the daemon's PID namespace, the
+    /// daemon first: the whole "host". Empty before [`CronDaemon::wait_ready`].
+    pub fn processes(&self) -> Vec<u32> {
+        let Some(ns) = &self.pid_ns else {
+            return Vec::new();
+        };
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                    .is_ok_and(|p| p.display().to_string() == *ns)
+            })
+            .collect();
+        pids.sort_by_key(|p| (Some(*p) != self.cron, *p));
+        pids
+    }
+
     /// Still running?
     pub fn check_alive(&mut self) -> Result<(), String> {
         match self.unshare.try_wait().unwrap() {
@@ -979,14 +1075,20 @@ impl CronDaemon {
         }
     }
 
-    /// Lets running jobs finish (cron has no children left: its per-job children wait for the
-    /// job and send its mail), for at most `patience`, then kills the daemon and checks that no
-    /// process is left in its PID namespace. Returns what went wrong.
+    /// Lets running jobs finish (cron has no live children left: its per-job children wait for
+    /// the job and send its mail), for at most `patience`, then kills the daemon and checks that
+    /// no process is left in its PID namespace. Returns what went wrong.
     pub fn stop(&mut self, patience: Duration) -> Vec<String> {
         let mut problems = Vec::new();
         if let Some(cron) = self.cron {
             let start = std::time::Instant::now();
-            while !descendants(cron).is_empty() {
+            // A zombie has ended: busybox crond reaps its jobs only when it next wakes (up to a
+            // minute later), and waiting for that could run into the next tick's fire.
+            let zombie = |pid: &u32| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+            };
+            while !descendants(cron).iter().all(zombie) {
                 if start.elapsed() > patience {
                     problems.push(format!(
                         "{}: jobs still running {patience:?} after the last tick, killed:\n{}",
@@ -1022,21 +1124,13 @@ impl CronDaemon {
             let _ = self.unshare.kill();
             let _ = self.unshare.wait();
         }
-        let Some(ns) = self.pid_ns.take() else {
-            return Vec::new();
-        };
         // Every process of the namespace is gone once its init is reaped; look, to be sure.
-        let left: Vec<String> = std::fs::read_dir("/proc")
+        let left: Vec<String> = self
+            .processes()
             .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-            .filter(|e| {
-                std::fs::read_link(e.path().join("ns/pid"))
-                    .is_ok_and(|p| p.display().to_string() == ns)
-            })
-            .map(|e| process_tree(e.file_name().to_string_lossy().parse().unwrap(), 0))
+            .map(|pid| process_tree(pid, 0))
             .collect();
+        self.pid_ns = None;
         if left.is_empty() {
             Vec::new()
         } else {

@@ -23,8 +23,9 @@
 //!   namespace (for a lockrun job that reports to the recorder on the test's loopback).
 //! - Faults: [`Net::partition`] (groups that cannot reach each other; hosts in no group reach
 //!   everyone: `partition(&[&["client"], &["b", "c"]])` cuts a client off from `b` and `c`
-//!   only), [`Net::cut`] (one way), [`Net::heal`]. Rules are iptables DROPs inside the host
-//!   namespaces (INPUT from and OUTPUT to the cut-off addresses): a black hole, not a refusal.
+//!   only), [`Net::cut`] (one way), [`Net::uncut`] (lifts those cuts only), [`Net::heal`].
+//!   Rules are iptables DROPs inside the host namespaces (INPUT from and OUTPUT to the cut-off
+//!   addresses): a black hole, not a refusal.
 //!
 //! Root and `ip`, `iptables-restore`, `nsenter` are needed (tests/ensure-netns.sh installs
 //! them); without them a test fails saying so, it never skips.
@@ -259,6 +260,25 @@ impl Net {
                     .entry(t.ns.clone())
                     .or_default()
                     .push(format!("-A INPUT -s {} -j DROP", f.addr));
+            }
+        }
+        self.apply(&rules);
+    }
+
+    /// The cuts [`Net::cut`] made from `from` to `to` are lifted; any other stays.
+    pub fn uncut(&self, from: &[&str], to: &[&str]) {
+        let mut rules = self.rules.lock().unwrap();
+        for f in from {
+            for t in to {
+                let (f, t) = (self.host(f), self.host(t));
+                let out = format!("-A OUTPUT -d {} -j DROP", t.addr);
+                let input = format!("-A INPUT -s {} -j DROP", f.addr);
+                if let Some(r) = rules.get_mut(&f.ns) {
+                    r.retain(|l| *l != out);
+                }
+                if let Some(r) = rules.get_mut(&t.ns) {
+                    r.retain(|l| *l != input);
+                }
             }
         }
         self.apply(&rules);
