@@ -522,6 +522,8 @@ fn the_host_that_takes_the_tick_makes_two_requests() {
         ],
         [2, 0, 0],
         "EVALSHA, EVAL, SUBSCRIBE"
+    );
+}
 
 /// The guide's line has `-q` (errors only): the takeover's WARN line is printed all the same,
 /// so that cron mails it; the standbys' skips stay silent.
