@@ -713,6 +713,11 @@ mod tests {
         run_tick(lock, wait, None, stops, turns).await
     }
 
+    /// A `--standby` run of a 54 s tick, without a stop signal.
+    async fn standby(lock: &mut Fake, turns: Vec<Turn>) -> Ran {
+        run_tick(lock, ONCE, Some(SECS(54)), &mut FakeStops::default(), turns).await
+    }
+
     /// [`run`] with `--standby`'s tick of this length (`None`: without `--standby`).
     async fn run_tick(
         lock: &mut Fake,
@@ -800,14 +805,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_standby_waits_no_longer_than_the_tick_the_server_says_is_left() {
         let mut lock = fake(vec![Answer::StandBy(SECS(5))]);
-        let ran = run_tick(
-            &mut lock,
-            ONCE,
-            Some(SECS(54)),
-            &mut FakeStops::default(),
-            vec![],
-        )
-        .await;
+        let ran = standby(&mut lock, vec![]).await;
         assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
         assert!(ran.took >= SECS(5) && ran.took < SECS(6), "{:?}", ran.took);
         assert_eq!(
@@ -826,14 +824,7 @@ mod tests {
                 Answer::StandBy(SECS(50)),
                 Answer::TickEnded(completed),
             ]);
-            let ran = run_tick(
-                &mut lock,
-                ONCE,
-                Some(SECS(54)),
-                &mut FakeStops::default(),
-                vec![],
-            )
-            .await;
+            let ran = standby(&mut lock, vec![]).await;
             assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
             assert!(ran.took < SECS(2), "{:?}", ran.took);
             assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
@@ -843,14 +834,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_standby_skips_a_lock_held_by_a_run_of_an_earlier_tick() {
         let mut lock = fake(vec![held()]);
-        let ran = run_tick(
-            &mut lock,
-            ONCE,
-            Some(SECS(54)),
-            &mut FakeStops::default(),
-            vec![],
-        )
-        .await;
+        let ran = standby(&mut lock, vec![]).await;
         assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
         assert_eq!(ran.took, Duration::ZERO);
         assert_eq!(lock.calls, ["acquire", "leave:skipped"]);
@@ -859,14 +843,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_host_that_takes_the_tick_makes_the_requests_of_any_run() {
         let mut lock = fake(vec![Answer::TookOver(7, 1)]);
-        let ran = run_tick(
-            &mut lock,
-            ONCE,
-            Some(SECS(54)),
-            &mut FakeStops::default(),
-            vec![],
-        )
-        .await;
+        let ran = standby(&mut lock, vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
         assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
     }
@@ -888,14 +865,7 @@ mod tests {
                 course,
                 keep: Duration::ZERO,
             }];
-            let ran = run_tick(
-                &mut lock,
-                ONCE,
-                Some(SECS(54)),
-                &mut FakeStops::default(),
-                turns,
-            )
-            .await;
+            let ran = standby(&mut lock, turns).await;
             assert_eq!(ran.record.attempt, Some(2));
             assert_eq!(ran.record.fence, 9);
             assert_eq!(lock.completes, [completes]);

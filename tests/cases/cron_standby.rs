@@ -222,30 +222,14 @@ fn parse_runs(text: &str) -> Result<Vec<Run>, String> {
 /// Seconds since the epoch of a log line's leading UTC timestamp
 /// (`2026-11-27T12:32:00.837489Z`), if it has one.
 fn line_time(line: &str) -> Option<f64> {
-    let ts = line.split_whitespace().next()?.strip_suffix('Z')?;
-    let (date, time) = ts.split_once('T')?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<i64> = hms
-        .split(':')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    let (&[y, m, day], &[h, min, s]) = (&d[..], &t[..]) else {
-        return None;
+    let ts = line.split_whitespace().next()?;
+    // Whole seconds as lockrun reads its own times; the fraction after them.
+    let whole = ::lockrun::utc::parse(ts)?;
+    let frac = match ts.strip_suffix('Z')?.split_once('.') {
+        Some((_, digits)) => format!("0.{digits}").parse::<f64>().ok()?,
+        None => 0.0,
     };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    let frac: f64 = format!("0.{frac}").parse().ok()?;
-    Some((days * 86400 + h * 3600 + min * 60 + s) as f64 + frac)
+    Some(whole as f64 + frac)
 }
 
 /// How long two intervals overlap (0 if not).
