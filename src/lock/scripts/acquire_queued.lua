@@ -20,13 +20,4 @@ if not current and not shared and rank(KEYS[3], ARGV[3]) == 0 then
   dequeue(KEYS[3], KEYS[4], ARGV[3])
   return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
-local ticket = tonumber(ARGV[4])
-if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 5) end
-if current then
-  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
-end
--- Held shared: an exclusive holder waits for every one of them; the earliest lease to end says
--- how long at least.
-if shared then return {0, math.max(0, tonumber(shared[2]) - now), shared[1], rank(KEYS[3], ARGV[3])} end
--- Names no waiter: this text ends up in log lines.
-return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3])}
+return not_now(current, shared, now, 5)

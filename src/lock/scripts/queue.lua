@@ -102,6 +102,23 @@ local function live_shared(s, now)
   return false
 end
 
+-- The answer of a lock's acquire (acquire.lua, shared_acquire.lua) that does not get it now:
+-- queued while waiting (ARGV[4] ticket ms), else its run ends skipped (the history cap at
+-- ARGV[cap_at]). The reply names what holds the lock: its exclusive holder (`current`), else
+-- the earliest of its shared holders (`shared`: {holder, expiry}, or false), else a waiter
+-- the free lock is promised to.
+local function not_now(current, shared, now, cap_at)
+  local ticket = tonumber(ARGV[4])
+  if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], cap_at) end
+  local place = rank(KEYS[3], ARGV[3])
+  if current then return {0, redis.call('PTTL', KEYS[1]), current, place} end
+  -- Held shared: an exclusive attempt waits for every one of them, a shared one for the waiter
+  -- ahead of it; the earliest lease to end says how long at least.
+  if shared then return {0, math.max(0, tonumber(shared[2]) - now), shared[1], place} end
+  -- Names no waiter: this text ends up in log lines.
+  return {0, -2, 'reserved for a queued waiter', place}
+end
+
 -- Whether KEYS[1] is held in shared mode right now (nothing written): a semaphore (`--limit`)
 -- or a tick (`--standby`) must not be taken beside shared holders of the same name.
 local function held_shared(s, now)

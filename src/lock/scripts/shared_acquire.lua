@@ -33,11 +33,4 @@ if mine or (not current and rank(KEYS[3], ARGV[3]) == 0) then
   if not mine then wake_head(KEYS[3], ARGV[5], ARGV[6]) end
   return {1, next_fence(KEYS[2], counter, us, KEYS[5]), us}
 end
-local ticket = tonumber(ARGV[4])
-if ticket > 0 then enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket) else note_skipped(KEYS[5], 7) end
-if current then
-  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3])}
-end
--- Shared holders run and a waiter is ahead of us: we go after it, whose turn comes when they end.
-if shared then return {0, math.max(0, tonumber(shared[2]) - now), shared[1], rank(KEYS[3], ARGV[3])} end
-return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3])}
+return not_now(current, shared, now, 7)
