@@ -515,7 +515,14 @@ fn doctor_measures_the_clocks_rate_against_the_servers() {
     let redis = Server::start();
     let out = doctor(&redis, &[]);
     let rate = line(&out, "clock-rate", "ok");
-    assert!(rate.contains("1.00"), "{rate}");
+    // One machine's clock against itself: the same rate, within the 1 % doctor tells apart
+    // (`0.9999` happens: the server reads the wall clock, lockrun the monotonic one).
+    let estimate: f64 = rate
+        .strip_prefix("local clock runs at ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("no rate in {rate:?}"));
+    assert!((estimate - 1.0).abs() < 0.01, "{rate}");
     let mut cmd = Lockrun::bare();
     crate::support::clockshim::slowed(&mut cmd, "0.9");
     cmd.arg("doctor").arg("-r").arg(redis.url());
