@@ -11,14 +11,13 @@ pub fn wake_channel(key: &str) -> String {
     helper_key(key, "wake")
 }
 
-/// The keys that go with a lock key.
+/// The keys that go with a lock key (its release-hint channel is [`wake_channel`]'s).
 pub(super) struct Keys {
     /// Fencing counter; never expires.
     pub(super) fence: String,
     /// Waiters in arrival order, and their tickets' expiry.
     pub(super) queue: String,
     pub(super) tickets: String,
-    pub(super) channel: String,
     /// The run history stream (`lockrun history`).
     pub(super) history: String,
     /// The tick record of `--standby` (see tick.lua).
@@ -33,7 +32,6 @@ impl Keys {
             fence: helper_key(key, "fence"),
             queue: helper_key(key, "waiters"),
             tickets: helper_key(key, "tickets"),
-            channel: wake_channel(key),
             history: helper_key(key, "history"),
             tick: helper_key(key, "tick"),
             shared: helper_key(key, "shared"),

@@ -5,7 +5,7 @@ use super::{
     as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE, SHARED_ACQUIRE,
 };
 use crate::lock::failure::Misuse;
-use crate::lock::keys::Keys;
+use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 use std::time::Duration;
 
@@ -69,7 +69,7 @@ impl Request for AcquireRequest<'_> {
             args.push(n.to_string());
         }
         if self.limit.is_some() || (self.shared && self.tick.is_none()) {
-            args.extend([Keys::of(self.key).channel, self.publish.into()]);
+            args.extend([wake_channel(self.key), self.publish.into()]);
         }
         args.push(self.history.to_string());
         if let Some(tick) = self.tick {

@@ -2,7 +2,7 @@
 
 use super::{as_string, Request, Script, FORCE_RELEASE};
 use crate::lock::inspect::Deleted;
-use crate::lock::keys::Keys;
+use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 
 pub struct ForceReleaseRequest<'a> {
@@ -34,7 +34,7 @@ impl Request for ForceReleaseRequest<'_> {
 
     /// ARGV[1] wake channel, ARGV[2] publish command, ARGV[3..] the history entry.
     fn args(&self) -> Vec<String> {
-        let mut args = vec![Keys::of(self.key).channel, self.publish.into()];
+        let mut args = vec![wake_channel(self.key), self.publish.into()];
         args.extend(self.history.iter().cloned());
         args
     }

@@ -1,7 +1,7 @@
 //! leave.lua: a waiter gives up its place in the queue.
 
 use super::{as_string, Request, Script, LEAVE};
-use crate::lock::keys::Keys;
+use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 
 pub struct LeaveRequest<'a> {
@@ -33,7 +33,7 @@ impl Request for LeaveRequest<'_> {
         let mut args = vec![
             self.id.into(),
             self.limit.unwrap_or(0).to_string(),
-            Keys::of(self.key).channel,
+            wake_channel(self.key),
             self.publish.into(),
         ];
         args.extend(self.history.iter().cloned());

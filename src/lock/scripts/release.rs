@@ -2,7 +2,7 @@
 //! request, one reply.
 
 use super::{Request, Script, RELEASE, RELEASE_TICK, SEM_RELEASE};
-use crate::lock::keys::Keys;
+use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 use std::time::Duration;
 
@@ -63,7 +63,7 @@ impl Request for ReleaseRequest<'_> {
         let mut args = vec![
             self.value.into(),
             keep.to_string(),
-            Keys::of(self.key).channel,
+            wake_channel(self.key),
             self.publish.into(),
         ];
         args.extend(self.history.iter().cloned());
