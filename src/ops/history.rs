@@ -40,7 +40,10 @@ pub async fn run(
 /// (Redlock) each recording it, one of them maybe "skipped" (held there while a majority
 /// granted it) or "lost" (its copy expired; a run that ran or timed out is recorded so where
 /// its key was gone at release). A run's entries share its id; the one kept says what the run
-/// did: ran, then timeout/aborted/error/released, then lost, then skipped.
+/// did: ran, then timeout/aborted/error/released, then lost, then skipped. A standby's takeover
+/// records the run it took over from as lost with its attempt at the tick, and that run's own
+/// host (thawed, healed) records it lost without one: the attempt is the run's, whichever entry
+/// carries it.
 fn merge(lists: Vec<Vec<Entry>>, count: usize) -> Vec<Entry> {
     let rank = |e: &Entry| match e.get("outcome") {
         Some("ran") => 0,
@@ -49,14 +52,21 @@ fn merge(lists: Vec<Vec<Entry>>, count: usize) -> Vec<Entry> {
         _ => 1,
     };
     let mut best: Vec<Entry> = Vec::new();
-    for e in lists.into_iter().flatten() {
+    for mut e in lists.into_iter().flatten() {
         let same = e
             .get("id")
             .and_then(|id| best.iter().position(|o| o.get("id") == Some(id)));
-        match same {
-            Some(i) if rank(&e) < rank(&best[i]) => best[i] = e,
-            Some(_) => {}
-            None => best.push(e),
+        let Some(i) = same else {
+            best.push(e);
+            continue;
+        };
+        if rank(&e) < rank(&best[i]) {
+            std::mem::swap(&mut best[i], &mut e);
+        }
+        if best[i].get("attempt").is_none() {
+            if let Some(attempt) = e.get("attempt") {
+                best[i].fields.push(("attempt".into(), attempt.into()));
+            }
         }
     }
     best.sort_by_key(|e| std::cmp::Reverse(e.time_ms));
@@ -160,5 +170,29 @@ mod tests {
             merge(vec![vec![entry(5, "a", "ran"), entry(4, "b", "ran")]], 1).len(),
             1
         );
+    }
+
+    #[test]
+    fn a_run_recorded_twice_keeps_what_either_record_says() {
+        // A standby's takeover records the attempt it took over from as lost, with its attempt;
+        // that host, thawed or healed, records its own run as lost too, without one.
+        let mut by_takeover = entry(4, "x", "lost");
+        by_takeover.fields.push(("attempt".into(), "1".into()));
+        let own = entry(5, "x", "lost");
+        for lists in [
+            vec![vec![own.clone(), by_takeover.clone()]],
+            vec![vec![by_takeover.clone(), own.clone()]],
+        ] {
+            let merged = merge(lists, 10);
+            assert_eq!(merged.len(), 1);
+            assert_eq!(merged[0].get("outcome"), Some("lost"));
+            assert_eq!(merged[0].get("attempt"), Some("1"));
+        }
+        // The outcome kept is still the one that says what the run did.
+        let mut lost = entry(4, "y", "lost");
+        lost.fields.push(("attempt".into(), "1".into()));
+        let merged = merge(vec![vec![lost], vec![entry(4, "y", "ran")]], 10);
+        assert_eq!(merged[0].get("outcome"), Some("ran"));
+        assert_eq!(merged[0].get("attempt"), Some("1"));
     }
 }
