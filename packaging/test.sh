@@ -11,7 +11,10 @@
 #     static-pie (readelf: no interpreter, no NEEDED, type DYN; file: static-pie linked). Scaled to 3:
 #     exactly one replica runs each tick, the others log "redis lock already acquired"; the key
 #     expires after the tick; the job's exit code is lockrun's; docker-compose stop passes SIGTERM
-#     to the running job and everything exits fast
+#     to the running job and everything exits fast; then, with LOCKRUN_STANDBY=1, a fault each
+#     tick on the replica that took it (job killed, docker stop, lockrun SIGKILLed, network cut,
+#     docker pause, docker kill): another replica completes the tick, once, never beside it
+#     (test-compose-standby.py)
 #   - both documented uses of that image (FROM lockrun; COPY --from=lockrun), plus the binary
 #     alone in a FROM scratch image
 #   - lockrun built on the host as it ships: packaging/build-static.sh (static glibc,
@@ -241,6 +244,11 @@ mapfile -t replicas < <(compose ps -q cron-service)
 for c in "${replicas[@]}"; do
   [ "$(docker inspect -f '{{.State.Running}}' "$c")" = true ] || fail "container $c is not running"
 done
+# lockrun's variables that the compose file passes on only when set are not set.
+for c in "${replicas[@]}"; do
+  docker exec "$c" sh -c '[ -z "${LOCKRUN_STANDBY+set}${LOCKRUN_TTL+set}" ]' \
+    || fail "$c has LOCKRUN_STANDBY or LOCKRUN_TTL set though docker-compose's environment has neither"
+done
 # The replicas run the static lockrun of the builder stage. That stage's image, built again by
 # docker-compose with `target: builder` (every step found in the cache of the build above, so the
 # very image that build made), carries the same file.
@@ -430,6 +438,48 @@ sleep_until "$((stop_tick + 5)).5"   # the hold of the stopped tick's lock
 exists=$(redis_cli EXISTS report)
 [ "$exists" = 0 ] || fail "the key is still there after the stopped tick's hold (EXISTS=$exists)"
 ok "key 'report' gone after the stopped tick"
+
+phase "compose: --standby, one fault a tick on the replica that took it (7 ticks of 15 s)"
+# The same replicas recreated with lockrun's LOCKRUN_STANDBY=1 and a short lease
+# (LOCKRUN_TTL=3s: a tick whose replica dies is taken over within 3 s), the job 8 s, so that the
+# takeover's job ends inside the tick. What is done, and checked, in each tick:
+# packaging/test-compose-standby.py.
+tick=15 ttl_s=3
+export TICK_SECONDS=$tick JOB_SECONDS=8 JOB_EXIT=0 LOCKRUN_STANDBY=1 LOCKRUN_TTL=${ttl_s}s
+compose up -d --scale cron-service=3 >"$tmp/up-standby.log" 2>&1 \
+  || { tail -20 "$tmp/up-standby.log" >&2; fail "docker-compose up with LOCKRUN_STANDBY=1"; }
+mapfile -t replicas < <(compose ps -q cron-service)
+[ ${#replicas[@]} = 3 ] || fail "expected 3 cron-service containers, got ${#replicas[@]}"
+for c in "${replicas[@]}"; do
+  [ "$(docker exec "$c" printenv LOCKRUN_STANDBY LOCKRUN_TTL | tr '\n' ' ')" = "1 ${ttl_s}s " ] \
+    || fail "LOCKRUN_STANDBY and LOCKRUN_TTL were not passed on to $c"
+done
+redis_id=$(compose ps -q redis)
+# Two seconds of margin, as above.
+first=$(( ( $(date +%s) + 2 ) / tick * tick + tick ))
+python3 packaging/test-compose-standby.py "$first" "$tick" "$ttl_s" "${COMPOSE_PROJECT_NAME}_default" \
+  "$redis_id" "${replicas[@]}" || fail "the compose scenario with standbys"
+unset LOCKRUN_STANDBY LOCKRUN_TTL TICK_SECONDS JOB_SECONDS JOB_EXIT
+
+phase "compose: docs/installing.md's standby block, as a user pastes it (docker kill of the holder)"
+# The block under "Standby replicas", run whole with bash -e from the checkout's root, with the
+# compose file's default knobs, on a new Redis as a reader's would be (the last phase's tick,
+# stopped by the replicas' recreation, is not the reader's).
+compose down -v --remove-orphans -t 5 >/dev/null 2>&1
+awk '/^### Standby replicas/ { s = 1 } s && /^```sh$/ { b = 1; next } b && /^```$/ { exit } b' \
+  docs/installing.md >"$tmp/standby-block.sh"
+grep -q '^docker kill' "$tmp/standby-block.sh" || fail "no standby block found in docs/installing.md"
+(cd "$checkout" && timeout 600 bash -e "$tmp/standby-block.sh") >"$tmp/standby-block.out" 2>&1 \
+  || { cat "$tmp/standby-block.out" >&2; fail "docs/installing.md's standby block"; }
+# What the block shows (without the image build's output).
+grep -E -e ' \| ' -e '^TIME ' -e '^[0-9]{4}-' "$tmp/standby-block.out" | sed 's/^/  /'
+for said in "WARN the host that took this tick did not complete it; running it here key=report attempt=2" \
+            "job: running on" "lost (attempt 1)" "ran (attempt 2)"; do
+  grep -q "$said" "$tmp/standby-block.out" || fail "the standby block's output has no '$said'"
+done
+[ "$(compose ps -q cron-service | xargs docker inspect -f '{{.State.Running}}' | sort -u)" = true ] \
+  || fail "the standby block's docker-compose up -d did not bring the killed replica back"
+ok "docs/installing.md's standby block: a standby replica ran the killed replica's tick"
 
 phase "compose: down"
 compose down -v --remove-orphans -t 5 >/dev/null 2>&1
