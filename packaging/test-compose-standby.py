@@ -249,6 +249,7 @@ for t, f in sorted(injected.items()):
             check(overlap < 1.0, f"tick {t} (frozen): the thawed job lived {overlap:.3f} s beside the takeover's")
             check(any("redis lock lost" in l for l in wl), f"tick {t} (frozen): the thawed lockrun did not find its lock lost")
         else:
+            overlap = max(0.0, end - start)
             check(end < start, f"tick {t} ({kind}): the winner's job was alive {end - start:.3f} s after the takeover's job started")
         # What the winner's tick.sh and job say of it (nothing, for a killed container).
         said = {"job-killed": ["tick: lockrun exit=137"],
@@ -265,7 +266,8 @@ for t, f in sorted(injected.items()):
         check(0 < delay <= bound, f"tick {t} ({kind}): fault to takeover {delay:.2f} s, expected within {bound} s")
         fence = ran[1] if ran else 0
         rows.append((LABELS[kind], names[winner], names[runner], f"{delay:.3f} s",
-                     f"{overlap * 1000:.1f} ms after the thaw" if kind == "frozen" else "none"))
+                     f"{overlap * 1000:.1f} ms after the thaw" if kind == "frozen"
+                     else f"{overlap * 1000:.1f} ms" if overlap else "none"))
     check(fence > last_fence, f"tick {t} ({kind}): fence {fence} not above the previous tick's {last_fence}")
     last_fence = fence
 
