@@ -433,10 +433,18 @@ impl Processes for Job {
     }
 
     fn signal(&self, to: To, sig: i32) {
-        match to {
+        let send = |sig| match to {
             To::Job => self.signal_job(sig),
             To::Leftovers => self.signal_leftovers(sig),
             To::Adopted => self.signal_adopted(sig),
+        };
+        send(sig);
+        // A stopped process (kill -STOP, a debugger) acts on a signal that asks it to end only
+        // once it is continued: SIGCONT follows, as systemd and timeout(1) send it, so the job
+        // runs its own cleanup now instead of waiting, stopped, for SIGKILL after --kill-after.
+        // (A process that is not stopped ignores SIGCONT unless it handles it.)
+        if signals::STOP_SIGNALS.contains(&sig) {
+            send(libc::SIGCONT);
         }
     }
 

@@ -713,6 +713,51 @@ fn a_job_that_stops_itself_is_said_once() {
     assert_eq!(out, "resumed\n");
 }
 
+/// A job that is stopped (`kill -STOP`, a debugger) when lockrun stops it gets SIGCONT right
+/// after the SIGTERM, as systemd and timeout(1) send it: it runs its own cleanup at once, instead
+/// of staying stopped until the SIGKILL after --kill-after. Both ways lockrun stops a job: a stop
+/// signal passed on, and --time-limit.
+#[test]
+fn a_stopped_job_is_continued_after_sigterm_to_clean_up() {
+    let redis = Server::start();
+    for (how, limit, code) in [
+        ("SIGTERM to lockrun", None, 7),
+        ("--time-limit", Some("1s"), 124),
+    ] {
+        let cleaned = redis.dir.path().join(format!("cleaned-{code}"));
+        let script = format!(
+            "trap 'echo cleaned > {}; exit 7' TERM; kill -STOP $$; sleep 30",
+            cleaned.display()
+        );
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--kill-after", "20s"]);
+        if let Some(limit) = limit {
+            cmd.args(["--time-limit", limit]);
+        }
+        cmd.args(["stopped-job", "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let started = std::time::Instant::now();
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = wait_for_line(&mut child, "redis lock acquired");
+        lines.wait_for("is stopped");
+        if limit.is_none() {
+            kill(child.id(), libc::SIGTERM);
+        }
+        let status = wait_timeout(&mut child, PATIENCE).expect("lockrun ends");
+        let took = started.elapsed();
+        let err = lines.rest();
+        assert_eq!(status.code(), Some(code), "{how}: {err}");
+        assert!(cleaned.exists(), "{how}: the job's trap never ran: {err}");
+        assert!(!err.contains("SIGKILL"), "{how}: {err}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{how}: ended by its trap, not by SIGKILL after --kill-after (20 s): {took:?}"
+        );
+        assert!(!redis.exists("stopped-job"), "{how}: released");
+    }
+}
+
 /// A double-forked daemon (its own session, so not in the job's group) adopted under
 /// `--subreaper` is part of the job: once the command exits adopted descendants get SIGTERM,
 /// SIGKILL after --kill-after, and the lock is held until they are gone, never released while
