@@ -958,11 +958,11 @@ fn check(setup: &Setup, sched: &Schedule, seen: Observed, monitor: &[Seen], net:
             )),
         }
         if let (Some(f), HostDied | LockrunKilled | Frozen | CutOff) = (f, kind) {
-            // A thawed host records its own loss too, and `history` merges the two entries
-            // into its own, which leaves out the attempt (as a first attempt's entry does).
-            let lost = entries.iter().any(|e| {
-                e.outcome == "lost" && matches!(e.attempt, None | Some(1)) && e.host == f.host
-            });
+            // A thawed (or healed) host records its own loss too, without an attempt; `history`
+            // merges the two entries and keeps the takeover's attempt.
+            let lost = entries
+                .iter()
+                .any(|e| e.outcome == "lost" && e.attempt == Some(1) && e.host == f.host);
             if !lost {
                 problems.push(format!(
                     "tick {name} ({kind:?}): no `lost` entry of attempt 1 on {} in the history",
