@@ -11,7 +11,8 @@
 # observed (default 3), LOCKRUN_CRON_REPORT=<file> its results table; tests/ensure-cron.sh
 # installs cron, libfaketime and busybox-static for it. Its --standby test
 # (tests/cases/cron_standby.rs, also root only, with tests/ensure-netns.sh's tools too) takes
-# the same LOCKRUN_CRON_MINUTES, and LOCKRUN_CRON_STANDBY_REPORT=<file> for its table.
+# the same LOCKRUN_CRON_MINUTES (its default 4: each fault at least once), and
+# LOCKRUN_CRON_STANDBY_REPORT=<file> for its table.
 # The availability suite (tests/cases/ha_*.rs: Sentinel, Cluster and Redlock under partitions,
 # restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
 # LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the

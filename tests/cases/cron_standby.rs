@@ -8,20 +8,24 @@
 //! The job takes about 20 s (20 steps of `sleep 1`) and logs its start, each step and its end
 //! with its host, `LOCKRUN_FENCE` and the time. Each minute, about 5 s into the job, the test
 //! does one thing to the host that took the tick, in rotation: kills it (SIGKILL to lockrun and
-//! its job's group), freezes it (SIGSTOP to every process of its PID namespace: daemon, lockrun,
-//! job; SIGCONT TTL + 10 s later), kills its job alone (SIGKILL to the group), cuts it off from
-//! Redis (iptables, lifted TTL + 10 s later), stops lockrun (SIGTERM), or nothing. Every tick
-//! must complete exactly once (one run reaching its end), on another host when a fault was
-//! injected, with fences only increasing; no two hosts' jobs may be live at once, where a
-//! stopped (frozen) process is not live; a frozen job, thawed, must be stopped by its lockrun
-//! before its end, and the time it lived after the thaw is reported (that overlap is the one the
-//! safety page says fences are for); cron's mail and busybox crond's output of a tick carry
-//! nothing but the takeover's WARN line, and the faulted host's own lines. The time from the
-//! fault to the takeover's job start is measured against the TTL, and MONITOR counts what each
-//! host asks of Redis on a healthy tick.
+//! its job's group), kills its lockrun alone (SIGKILL, mid-`sleep`: the job's shell gets
+//! SIGTERM from the parent-death signal, the `sleep` it leaves in the job's group lives up to a
+//! second more, and the key stays until its TTL), freezes it (SIGSTOP to every process of its
+//! PID namespace: daemon, lockrun, job; SIGCONT TTL + 10 s later), kills its job alone (SIGKILL
+//! to the group), cuts it off from Redis (iptables, lifted TTL + 10 s later), stops lockrun
+//! (SIGTERM), or nothing. Every tick must complete exactly once (one run reaching its end), on
+//! another host when a fault was injected, with fences only increasing; no two hosts' jobs may
+//! be live at once, where a stopped (frozen) process is not live and an orphaned one of the
+//! job's group is; a frozen job, thawed, must be stopped by its lockrun before its end, and the
+//! time it lived after the thaw is reported (that overlap is the one the safety page says fences
+//! are for); cron's mail and busybox crond's output of a tick carry nothing but the takeover's
+//! WARN line, and the faulted host's own lines. The time from the fault to the takeover's job
+//! start is measured against the TTL, and MONITOR counts what each host asks of Redis on a
+//! healthy tick.
 //!
-//! `LOCKRUN_CRON_MINUTES` sets the ticks observed per configuration (default 3: the six kinds
-//! once between the two), `LOCKRUN_CRON_STANDBY_REPORT=<file>` writes the results table there:
+//! `LOCKRUN_CRON_MINUTES` sets the ticks observed per configuration (default 4: the seven kinds
+//! at least once between the two), `LOCKRUN_CRON_STANDBY_REPORT=<file>` writes the results
+//! table there:
 //!
 //! `LOCKRUN_CRON_MINUTES=30 LOCKRUN_CRON_STANDBY_REPORT=standby.md cargo test --test lockrun cron_standby -- --nocapture`
 //!
@@ -57,6 +61,7 @@ const PORT: u16 = 27500;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
     HostDied,
+    LockrunKilled,
     Frozen,
     JobKilled,
     CutOff,
@@ -67,17 +72,40 @@ enum Fault {
 use Fault::*;
 
 /// One tick of each, in this order, over and over.
-const ROTATION: [Fault; 6] = [HostDied, Frozen, JobKilled, CutOff, Stopped, Healthy];
+const ROTATION: [Fault; 7] = [
+    HostDied,
+    LockrunKilled,
+    Frozen,
+    JobKilled,
+    CutOff,
+    Stopped,
+    Healthy,
+];
 
 impl Fault {
     fn label(self) -> &'static str {
         match self {
             HostDied => "host died (SIGKILL to lockrun and its job's group)",
+            LockrunKilled => {
+                "lockrun killed (SIGKILL to lockrun alone; its job gets SIGTERM from the \
+                 parent-death signal)"
+            }
             Frozen => "host frozen (SIGSTOP to all its processes, SIGCONT after TTL + 10 s)",
             JobKilled => "job killed (SIGKILL to its group)",
             CutOff => "host cut off from Redis (iptables, for TTL + 10 s)",
             Stopped => "lockrun stopped (SIGTERM)",
             Healthy => "none (a healthy tick)",
+        }
+    }
+
+    /// How far into the job the fault comes. A step is a `sleep 1` and a log line, so
+    /// [`FAULT_AFTER`] falls just as a `sleep` ends; lockrun alone is killed half a second
+    /// later, mid-`sleep`, so that the `sleep` outlives the job's shell (dead of the
+    /// parent-death signal) by about half a second, orphaned in the job's group.
+    fn after(self) -> f64 {
+        match self {
+            LockrunKilled => FAULT_AFTER + 0.5,
+            _ => FAULT_AFTER,
         }
     }
 
@@ -103,7 +131,8 @@ struct Config {
     key: &'static str,
     hosts: [Host; 3],
     /// Where in [`ROTATION`] its first tick is: the two configurations inject different
-    /// faults in the same minute.
+    /// faults in the same minute, and over [`DEFAULT_MINUTES`] ticks each, every fault between
+    /// them.
     offset: usize,
 }
 
@@ -159,9 +188,13 @@ const CONFIGS: [Config; 2] = [
                 skew: 0,
             },
         ],
-        offset: 3,
+        offset: 4,
     },
 ];
+
+/// The ticks observed per configuration unless `LOCKRUN_CRON_MINUTES` says otherwise: with the
+/// second configuration's offset, each fault of [`ROTATION`] at least once between the two.
+const DEFAULT_MINUTES: usize = 4;
 
 /// Where in a second each configuration's daemons start, as in cron.rs.
 const FRACTIONS: [f64; 3] = [0.05, 0.45, 0.85];
@@ -345,6 +378,9 @@ struct Injected {
     died: Option<f64>,
     /// The first look that found none alive: `died` is within this of the real end.
     gone: Option<f64>,
+    /// The first look that found the job's leader (lockrun's child, the job's shell) dead: with
+    /// lockrun alone killed, the rest of its group (a `sleep 1`) may outlive it.
+    leader_gone: Option<f64>,
 }
 
 /// The job: one line per event, each one `printf >>` (one write(2) with O_APPEND: lines of
@@ -487,7 +523,7 @@ fn run_config(
         };
         if kind != Healthy {
             let d = daemons.iter().find(|d| d.host == first.host).unwrap();
-            sleep_until(first.start + FAULT_AFTER);
+            sleep_until(first.start + kind.after());
             match inject(d, net, kind, *tick, &first) {
                 Ok(f) => injected.push(f),
                 Err(e) => problems.push(format!("tick {}: {e}", hhmm(*tick))),
@@ -567,6 +603,8 @@ fn inject(
             libc::kill(-(pgid as i32), libc::SIGKILL);
         },
         CutOff => net.partition(&[&[d.host.as_str()], &["redis"]]),
+        // lockrun alone: its child gets SIGTERM from the parent-death signal it set.
+        LockrunKilled => crate::support::kill(lockrun, libc::SIGKILL),
         Stopped => crate::support::kill(lockrun, libc::SIGTERM),
         Healthy => unreachable!(),
     }
@@ -580,6 +618,7 @@ fn inject(
         restored: None,
         died: matches!(kind, HostDied | JobKilled).then_some(at),
         gone: None,
+        leader_gone: None,
     };
     let mut alive_at = at;
     loop {
@@ -596,6 +635,10 @@ fn inject(
         }
         if f.gone.is_none() {
             let looked = now();
+            // The leader's pid is the group's id (lockrun makes its child a group leader).
+            if f.leader_gone.is_none() && stat(pgid).is_none_or(|(_, state)| state == 'Z') {
+                f.leader_gone = Some(looked);
+            }
             if group_alive(d, pgid) {
                 alive_at = looked;
             } else {
@@ -689,6 +732,10 @@ struct KindRow {
     /// A frozen host's job: how long it lived after the thaw, and the steps it did then.
     after_thaw: Vec<f64>,
     steps_after_thaw: usize,
+    /// A job whose lockrun alone was killed: how long after the kill its shell was found dead,
+    /// and its last process alive.
+    leader_after: Vec<f64>,
+    job_after: Vec<f64>,
     /// `lockrun history` of the tick, outcomes (attempt) in order.
     histories: BTreeSet<String>,
     /// What the faulted host printed (or cron mailed), without times and fields.
@@ -830,6 +877,19 @@ fn check(setup: &Setup, sched: &Schedule, seen: Observed, monitor: &[Seen], net:
                     ));
                 }
             }
+            if let (LockrunKilled, Some(leader), Some(died)) = (kind, f.leader_gone, f.died) {
+                row.leader_after.push(leader - f.at);
+                row.job_after.push(died - f.at);
+                // The orphaned `sleep` must have been seen: the overlap check counts it live.
+                if died - leader < 0.1 {
+                    problems.push(format!(
+                        "tick {name}: the job on {} was last seen alive {:.3} s after its shell was \
+                         found dead: no orphaned `sleep` seen in its group",
+                        f.host,
+                        died - leader
+                    ));
+                }
+            }
             if let Some(r) = here
                 .iter()
                 .map(|(_, r)| r)
@@ -897,12 +957,12 @@ fn check(setup: &Setup, sched: &Schedule, seen: Observed, monitor: &[Seen], net:
                  whose job ended with attempt {want_attempt:?} expected"
             )),
         }
-        if let (Some(f), HostDied | Frozen | CutOff) = (f, kind) {
-            // A thawed host records its own loss too, and `history` merges the two entries
-            // into its own, which leaves out the attempt (as a first attempt's entry does).
-            let lost = entries.iter().any(|e| {
-                e.outcome == "lost" && matches!(e.attempt, None | Some(1)) && e.host == f.host
-            });
+        if let (Some(f), HostDied | LockrunKilled | Frozen | CutOff) = (f, kind) {
+            // A thawed (or healed) host records its own loss too, without an attempt; `history`
+            // merges the two entries and keeps the takeover's attempt.
+            let lost = entries
+                .iter()
+                .any(|e| e.outcome == "lost" && e.attempt == Some(1) && e.host == f.host);
             if !lost {
                 problems.push(format!(
                     "tick {name} ({kind:?}): no `lost` entry of attempt 1 on {} in the history",
@@ -997,6 +1057,16 @@ fn seconds(v: &[f64]) -> String {
     format!("{:.2} / {:.2} s", median(&mut v), max)
 }
 
+/// Seconds as `median / max ms`.
+fn millis(v: &[f64]) -> String {
+    if v.is_empty() {
+        return "—".into();
+    }
+    let mut ms: Vec<f64> = v.iter().map(|s| s * 1000.0).collect();
+    let max = ms.iter().copied().fold(f64::MIN, f64::max);
+    format!("{:.0} / {max:.0} ms", median(&mut ms))
+}
+
 fn requests(v: &[(usize, BTreeMap<String, usize>)]) -> String {
     if v.is_empty() {
         return "—".into();
@@ -1069,7 +1139,7 @@ fn cron_standby_ticks_survive_their_hosts() {
                 .filter(|m| *m >= 1)
                 .unwrap_or_else(|| panic!("LOCKRUN_CRON_MINUTES={m}: a number of minutes, >= 1"))
         })
-        .unwrap_or(3);
+        .unwrap_or(DEFAULT_MINUTES as i64);
     let heading = "### Standby hosts: a tick survives the host that took it";
     let guide =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide.md"))
@@ -1164,6 +1234,8 @@ fn cron_standby_ticks_survive_their_hosts() {
             row.to_takeover.extend(&r.to_takeover);
             row.after_thaw.extend(&r.after_thaw);
             row.steps_after_thaw += r.steps_after_thaw;
+            row.leader_after.extend(&r.leader_after);
+            row.job_after.extend(&r.job_after);
             row.histories.extend(r.histories.iter().cloned());
             row.own_lines.extend(r.own_lines.iter().cloned());
             row.takeover_warns += r.takeover_warns;
@@ -1200,17 +1272,18 @@ fn cron_standby_ticks_survive_their_hosts() {
     );
     let mut report = table(&caption, &rows);
     let frozen = rows.get(&Frozen);
+    let orphaned = rows.get(&LockrunKilled);
     report += &format!(
         "\nA frozen host's job, thawed, was gone {} (median / max, at most: looks every 10 ms) \
-         after the thaw, stopped by its lockrun, and did {} step(s) in that time. Takeover WARN lines mailed or printed: {} for {} takeovers. \
-         Requests to Redis on a healthy tick (MONITOR, by host): the host that ran the job {}; \
-         each standby {}.\n",
-        frozen.map_or("—".into(), |r| {
-            let mut ms: Vec<f64> = r.after_thaw.iter().map(|s| s * 1000.0).collect();
-            let max = ms.iter().copied().fold(0.0, f64::max);
-            format!("{:.0} / {max:.0} ms", median(&mut ms))
-        }),
+         after the thaw, stopped by its lockrun, and did {} step(s) in that time. A job whose \
+         lockrun alone was SIGKILLed: its shell was found dead {} after the kill, its last \
+         process (the `sleep 1` the shell left in its group) last seen alive {} after the \
+         kill. Takeover WARN lines mailed or printed: {} for {} takeovers. Requests to Redis on \
+         a healthy tick (MONITOR, by host): the host that ran the job {}; each standby {}.\n",
+        millis(frozen.map_or(&[], |r| &r.after_thaw)),
         frozen.map_or(0, |r| r.steps_after_thaw),
+        millis(orphaned.map_or(&[], |r| &r.leader_after)),
+        millis(orphaned.map_or(&[], |r| &r.job_after)),
         rows.values().map(|r| r.takeover_warns).sum::<usize>(),
         rows.values().map(|r| r.takeovers).sum::<usize>(),
         requests(&winner),
@@ -1284,6 +1357,22 @@ fn cron_standby_unit_times() {
         [(0.0, 5.0), (15.0, 16.0)]
     );
     assert_eq!(live(0.0, 4.0, Some((5.0, 15.0))), [(0.0, 4.0)]);
+}
+
+#[test]
+fn cron_standby_unit_rotation() {
+    // Every fault once in the rotation, and at the default scale in one configuration or the
+    // other; never the same fault in both configurations in the same minute.
+    let kinds: BTreeSet<Fault> = ROTATION.iter().copied().collect();
+    assert_eq!(kinds.len(), ROTATION.len());
+    let seen: BTreeSet<Fault> = CONFIGS
+        .iter()
+        .flat_map(|c| (0..DEFAULT_MINUTES).map(move |i| fault_of(c, i)))
+        .collect();
+    assert_eq!(seen, kinds);
+    for i in 0..ROTATION.len() {
+        assert_ne!(fault_of(&CONFIGS[0], i), fault_of(&CONFIGS[1], i), "{i}");
+    }
 }
 
 #[test]
