@@ -1,11 +1,6 @@
 -- The rest of acquire.lua, after queue.lua: held, queued waiters, spoiled keys.
-local refused, kind, counter, us, now = preflight('string')
+local refused, counter, us, now, shared, current = lock_preflight()
 if refused then return refused end
-local shared = live_shared(KEYS[6], now)
-if shared == nil then return {-2, KEYS[6]} end
-prune_queue(KEYS[3], KEYS[4], now)
-local current = false
-if kind == 'string' then current = redis.call('GET', KEYS[1]) end
 if current == ARGV[1] then
   -- Our own earlier attempt succeeded but its reply was lost: still ours. A fresh fence keeps
   -- numbers strictly increasing; the number we never received was never used.

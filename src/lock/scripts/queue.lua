@@ -102,6 +102,21 @@ local function live_shared(s, now)
   return false
 end
 
+-- The opening of a lock's queued acquire (acquire_queued.lua, shared_acquire.lua): `preflight`,
+-- its shared holders at KEYS[6] sound, the queue pruned. Returns the reply that refuses, or nil,
+-- the counter, the server clock in µs and in ms, the live shared holders (see `live_shared`)
+-- and the exclusive holder's value (false: none).
+local function lock_preflight()
+  local refused, kind, counter, us, now = preflight('string')
+  if refused then return refused end
+  local shared = live_shared(KEYS[6], now)
+  if shared == nil then return {-2, KEYS[6]} end
+  prune_queue(KEYS[3], KEYS[4], now)
+  local current = false
+  if kind == 'string' then current = redis.call('GET', KEYS[1]) end
+  return nil, counter, us, now, shared, current
+end
+
 -- The answer of a lock's acquire (acquire.lua, shared_acquire.lua) that does not get it now:
 -- queued while waiting (ARGV[4] ticket ms), else its run ends skipped (the history cap at
 -- ARGV[cap_at]). The reply names what holds the lock: its exclusive holder (`current`), else

@@ -12,13 +12,8 @@
 -- ARGV[5] wake channel, ARGV[6] the publish command (see `wake_head`), ARGV[7] history cap for
 -- an attempt that ends the run (see `note_skipped`)
 -- Returns as acquire.lua. Nothing is written before every check has passed.
-local refused, kind, counter, us, now = preflight('string')
+local refused, counter, us, now, shared, current = lock_preflight()
 if refused then return refused end
-local shared = live_shared(KEYS[6], now)
-if shared == nil then return {-2, KEYS[6]} end
-prune_queue(KEYS[3], KEYS[4], now)
-local current = false
-if kind == 'string' then current = redis.call('GET', KEYS[1]) end
 -- Ours already (an earlier attempt whose reply was lost), or free of an exclusive holder with
 -- nobody queued ahead.
 local mine = shared and redis.call('ZSCORE', KEYS[6], ARGV[1])
