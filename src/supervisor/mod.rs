@@ -227,6 +227,10 @@ struct Supervision<'d, P> {
     limit: Option<(Duration, Instant)>,
     /// The watchdog found the lock lost (it is not listened to again).
     lost_seen: bool,
+    /// A child of lockrun's ended since the last [`Supervision::due`]: as PID 1 or a subreaper
+    /// its own children have come to lockrun with its end (the kernel re-parents them before
+    /// it tells the parent), and may not have had a signal sent before they came.
+    child_ended: bool,
 }
 
 impl<'d, P: Processes> Supervision<'d, P> {
@@ -239,6 +243,7 @@ impl<'d, P: Processes> Supervision<'d, P> {
             deadline,
             terminate,
             lost_seen: false,
+            child_ended: false,
         }
     }
 
@@ -282,7 +287,14 @@ impl<'d, P: Processes> Supervision<'d, P> {
         if job.status().is_none() || state.stopping_for(Why::Leftovers) {
             return;
         }
-        if state.term_sent {
+        if state.killed {
+            // Past the SIGKILL moment: what is left gets SIGKILL (in `kill`), not a SIGTERM
+            // that would give it --kill-after more.
+            debug!(
+                pgid = job.pid(),
+                "command exited; what is left of the job gets SIGKILL"
+            );
+        } else if state.term_sent {
             info!(
                 pgid = job.pid(),
                 "command exited but its process group lives on (or processes it left, adopted by lockrun); the group has had SIGTERM already"
@@ -364,19 +376,35 @@ impl<'d, P: Processes> Supervision<'d, P> {
               "time limit of {} reached; stopping the job", Human(limit));
     }
 
-    /// SIGKILL, once, when the earliest reason's moment has come.
+    /// SIGKILL when the earliest reason's moment has come; after it, again whenever a child of
+    /// lockrun's has ended: a process in a session of its own below the job's (`setsid`, a
+    /// double fork) is out of reach of the group's SIGKILL until its parent dies of it and it
+    /// comes to lockrun (PID 1 or a subreaper), and its SIGKILL moment has passed by then too.
+    /// Nothing else brings lockrun a process: no polling for them.
     fn kill(&mut self, now: Instant, kill_by: Option<(Instant, Option<i32>)>) {
+        let child_ended = std::mem::take(&mut self.child_ended);
         let state = &mut self.state;
-        if let Some((_, signal)) = kill_by.filter(|(at, _)| !state.killed && now >= *at) {
+        let Some((_, signal)) = kill_by.filter(|(at, _)| now >= *at) else {
+            return;
+        };
+        if !state.killed {
             self.job.signal(To::Leftovers, libc::SIGKILL);
             state.killed = true;
             let after = signal.map_or_else(|| "SIGTERM".to_string(), signals::name);
             warn!("job still running after {after}; sending SIGKILL");
+        } else if child_ended {
+            // The group and whatever was adopted before had theirs: SIGKILL again is a no-op
+            // for them, and the only way to reach, without /proc, what came since.
+            self.job.signal(To::Leftovers, libc::SIGKILL);
+            debug!("a process of the job ended after the SIGKILL; SIGKILL to what it left");
         }
     }
 
     /// lockrun received `r`.
     fn on_signal(&mut self, r: Received) {
+        if r.signo == libc::SIGCHLD {
+            self.child_ended = true;
+        }
         // A SIGTERM forwarded to the whole group is the one the job gets: when the command
         // exits and leaves members behind, they are not sent another (a trap would run
         // twice); they get --kill-after to finish, then SIGKILL.

@@ -65,6 +65,10 @@ struct Proc {
     on_term: Option<Duration>,
     /// It survives SIGKILL too (stuck in the kernel, say).
     unkillable: bool,
+    /// In a session of its own below another process of the job (`procs[i]`): it comes to
+    /// lockrun (PID 1 or a subreaper) only when that one ends, and until then no signal of
+    /// lockrun's reaches it.
+    parent: Option<usize>,
     /// SIGKILL ended it.
     killed: bool,
     /// The SIGCHLD for its end has been delivered.
@@ -79,6 +83,7 @@ impl Proc {
             ends_at: None,
             on_term: None,
             unkillable: false,
+            parent: None,
             killed: false,
             told: false,
         }
@@ -88,6 +93,15 @@ impl Proc {
         Proc {
             in_group: false,
             ..Proc::member()
+        }
+    }
+
+    /// `setsid sh -c '…' &` in the command `procs[parent]` runs: a process in a session of
+    /// its own, adopted by lockrun once `parent` ends.
+    fn orphan_of(parent: usize) -> Proc {
+        Proc {
+            parent: Some(parent),
+            ..Proc::adopted()
         }
     }
 
@@ -203,7 +217,14 @@ impl World {
     /// Whether `p` is lockrun's child: the command, and every process as PID 1 or a
     /// subreaper (the orphans come to lockrun).
     fn child(&self, i: usize) -> bool {
-        i == 0 || self.reap_all
+        i == 0 || (self.reap_all && self.adopted(i, Instant::now()))
+    }
+
+    /// Whether `procs[i]` is lockrun's by adoption at `now`: not below a process still alive.
+    fn adopted(&self, i: usize, now: Instant) -> bool {
+        self.procs[i]
+            .parent
+            .is_none_or(|parent| !self.procs[parent].live(now))
     }
 
     fn any_live(&self, now: Instant, which: impl Fn(&Proc) -> bool) -> bool {
@@ -272,12 +293,14 @@ impl Processes for TestJob {
         let since = now - w.start;
         w.sent.push((since, to, sig));
         let (group, reap_all) = (w.group, w.reap_all);
+        let adopted: Vec<bool> = (0..w.procs.len()).map(|i| w.adopted(i, now)).collect();
         for (i, p) in w.procs.iter_mut().enumerate() {
             let in_job = if group { p.in_group } else { i == 0 };
+            let ours = reap_all && !p.in_group && adopted[i];
             let reached = match to {
                 To::Job => in_job,
-                To::Leftovers => in_job || (reap_all && !p.in_group),
-                To::Adopted => reap_all && !p.in_group,
+                To::Leftovers => in_job || ours,
+                To::Adopted => ours,
             };
             if reached {
                 p.take(sig, now);
@@ -628,6 +651,58 @@ async fn an_adopted_process_that_never_dies_is_waited_for_without_looking() {
     assert_eq!(w.sent.len(), 2, "{:?}", w.sent);
     // lockrun has a child: its end will come as a SIGCHLD; until then lockrun only sleeps.
     assert!(w.looks <= 4, "{} looks", w.looks);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_orphan_adopted_after_the_sigkill_gets_a_sigkill_of_its_own() {
+    // `sh -c 'trap "" TERM; setsid sh -c "trap \"\" TERM; sleep 60" & sleep 60'` under a
+    // stop: the SIGKILL ends the command, and only then is its child (in a session of its own,
+    // ignoring SIGTERM too) re-parented to lockrun, out of reach of the SIGKILL already sent.
+    let world = World::new(Proc::member(), 0)
+        .with(Proc::orphan_of(0))
+        .reap_all()
+        .receives(SECS(1), TERM, false);
+    let ran = supervise_limited(world, None).await;
+    assert_eq!(
+        ran.sent(),
+        [
+            (SECS(1), To::Job, TERM),
+            (SECS(11), To::Leftovers, KILL),
+            // The command's SIGCHLD: whatever came to lockrun with its end is past its
+            // SIGKILL moment too.
+            (SECS(11), To::Leftovers, KILL),
+        ]
+    );
+    assert_eq!(ran.took, SECS(11));
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Signaled(KILL), Stopped::Signal, false)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_time_limit_an_orphan_adopted_after_the_sigkill_gets_one_too() {
+    let world = World::new(Proc::member(), 0)
+        .with(Proc::orphan_of(0))
+        .with(Proc::orphan_of(1))
+        .reap_all()
+        .time_limit(SECS(5));
+    let ran = supervise_limited(world, None).await;
+    // A chain: each orphan comes to lockrun when the one above it ends of its SIGKILL.
+    assert_eq!(
+        ran.sent(),
+        [
+            (SECS(5), To::Job, TERM),
+            (SECS(15), To::Leftovers, KILL),
+            (SECS(15), To::Leftovers, KILL),
+            (SECS(15), To::Leftovers, KILL),
+        ]
+    );
+    assert_eq!(ran.took, SECS(15));
+    assert_eq!(
+        ran.end,
+        end(ExitCode::Signaled(KILL), Stopped::TimeLimit, false)
+    );
 }
 
 /// A supervision of a job with a time limit, given 10 minutes (of paused time) to end: a job

@@ -37,6 +37,7 @@ mod sentinel;
 mod server_refusals;
 mod shared;
 mod standby;
+mod stop_races;
 pub(crate) mod supervision;
 mod time_limit;
 mod token_secrecy;
