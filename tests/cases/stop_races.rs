@@ -27,7 +27,7 @@ const BOUND: Duration = Duration::from_secs(5);
 
 /// What runs as PID 1 of the namespace.
 #[derive(Clone, Copy, Debug)]
-enum Init {
+enum Pid1 {
     /// lockrun itself.
     Lockrun,
     /// tini, lockrun (`--subreaper`) its child.
@@ -75,23 +75,23 @@ struct Run {
 }
 
 impl Run {
-    fn start(init: Init, stop: Stop, redis: &Server, dir: &Path, n: usize) -> Run {
+    fn start(init: Pid1, stop: Stop, redis: &Server, dir: &Path, n: usize) -> Run {
         let key = format!("race-{init:?}-{stop:?}-{n}");
         let err = dir.join(format!("{n}.err"));
         let orphan = dir.join(format!("{n}.orphan"));
         let mut cmd = Command::new("unshare");
         cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc"]);
         match init {
-            Init::Lockrun => {}
-            Init::Tini => {
+            Pid1::Lockrun => {}
+            Pid1::Tini => {
                 cmd.arg(init_binary("tini")).arg("--");
             }
-            Init::DumbInit => {
+            Pid1::DumbInit => {
                 cmd.arg(init_binary("dumb-init"));
             }
         }
         cmd.arg(lockrun_bin()).arg("-r").arg(redis.url());
-        if !matches!(init, Init::Lockrun) {
+        if !matches!(init, Pid1::Lockrun) {
             cmd.arg("--subreaper");
         }
         let ms = format!("{}ms", KILL_AFTER.as_millis());
@@ -133,7 +133,7 @@ impl Run {
 
 /// Runs one shape [`RUNS`] times, [`AT_ONCE`] at a time, and fails if any run did not end in
 /// time with its exit code, a SIGKILL for its job and the key released.
-fn race(init: Init, stop: Stop) {
+fn race(init: Pid1, stop: Stop) {
     require_root();
     let redis = Server::start_tcp();
     let dir = tempfile::tempdir().unwrap();
@@ -199,30 +199,30 @@ fn race(init: Init, stop: Stop) {
 
 #[test]
 fn stop_races_as_pid_1_a_sigterm_ends_the_run_and_the_orphan() {
-    race(Init::Lockrun, Stop::Sigterm);
+    race(Pid1::Lockrun, Stop::Sigterm);
 }
 
 #[test]
 fn stop_races_as_pid_1_the_time_limit_ends_the_run_and_the_orphan() {
-    race(Init::Lockrun, Stop::TimeLimit);
+    race(Pid1::Lockrun, Stop::TimeLimit);
 }
 
 #[test]
 fn stop_races_under_tini_a_sigterm_ends_the_run_and_the_orphan() {
-    race(Init::Tini, Stop::Sigterm);
+    race(Pid1::Tini, Stop::Sigterm);
 }
 
 #[test]
 fn stop_races_under_tini_the_time_limit_ends_the_run_and_the_orphan() {
-    race(Init::Tini, Stop::TimeLimit);
+    race(Pid1::Tini, Stop::TimeLimit);
 }
 
 #[test]
 fn stop_races_under_dumb_init_a_sigterm_ends_the_run_and_the_orphan() {
-    race(Init::DumbInit, Stop::Sigterm);
+    race(Pid1::DumbInit, Stop::Sigterm);
 }
 
 #[test]
 fn stop_races_under_dumb_init_the_time_limit_ends_the_run_and_the_orphan() {
-    race(Init::DumbInit, Stop::TimeLimit);
+    race(Pid1::DumbInit, Stop::TimeLimit);
 }
