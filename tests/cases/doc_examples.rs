@@ -17,9 +17,13 @@
 //!   `sh -c` with only the block's variables, HOME and cron's PATH (`/usr/bin:/bin`), as cron
 //!   runs it, and lockrun where `cargo install` puts it (`$HOME/.cargo/bin`, on no cron's PATH);
 //!   it must exit 0 and, under `-q`, print nothing (cron mails whatever is printed). A line with
-//!   `--every` is run a second time at once: the tick is taken, so it must exit 0 under `-E 0`
-//!   (else 75), silently under `-q`, without running the job again. (tests/cases/cron.rs runs
+//!   `--every` or `--min-hold` is run a second time at once: the tick is taken, so it must exit
+//!   0 under `-E 0` (else 75), silently under `-q`, without running the job again. (tests/cases/cron.rs runs
 //!   the README's crontab on real daemons, lockrun where each install channel puts it.)
+//! - `anacrontab`: each line is a variable (`NAME=value`, which anacron passes to its jobs) or
+//!   a period, a delay and a job name, then a command. The command is run as a `cron` line's is
+//!   (once, and at once a second time when it keeps its key). (tests/cases/anacron.rs runs the
+//!   guide's anacrontab on the real anacron, hosts and days apart.)
 //! - `yaml`: cannot run here (GitHub Actions, GitLab CI, Kubernetes), so it must carry the
 //!   syntax-only marker. It must parse; every `run:`/`script:` line must pass `bash -n`, start
 //!   with a command that exists, and use only `$VARIABLES` the example defines (`env:`,
@@ -219,6 +223,7 @@ struct Counts {
     shell_syntax: usize,
     filters: usize,
     cron_lines: usize,
+    anacron_lines: usize,
     yaml: usize,
     dockerfile: usize,
     lockrun_checked: usize,
@@ -257,6 +262,7 @@ fn every_example_in_the_docs_runs_or_is_checked() {
             && counts.shell_syntax > 0
             && counts.filters > 0
             && counts.cron_lines > 0
+            && counts.anacron_lines > 0
             && counts.yaml > 0
             && counts.lockrun_checked > 0
             && counts.transcripts > 0
@@ -521,6 +527,7 @@ impl Fixture {
                 self.run_filters(b)
             }
             ("cron", None) => self.run_cron(b, counts),
+            ("anacrontab", None) => self.run_anacrontab(b, counts),
             ("yaml" | "yml", Some(Marker::SyntaxOnly)) => {
                 counts.yaml += 1;
                 self.check_yaml(b, counts)
@@ -783,6 +790,28 @@ impl Fixture {
         Ok(())
     }
 
+    fn run_anacrontab(&mut self, b: &Block, counts: &mut Counts) -> Result<(), String> {
+        let mut vars: Vec<(String, String)> = Vec::new();
+        for (n, line) in b.body.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = format!("line {}", b.line + 1 + n);
+            let Some(command) = anacron_entry(line) else {
+                let Some((name, value)) = line.split_once('=') else {
+                    return Err(format!("{at}: neither a variable nor a job: {line}"));
+                };
+                let value = value.trim().trim_matches('"').trim_matches('\'');
+                vars.push((name.trim().to_string(), value.to_string()));
+                continue;
+            };
+            counts.anacron_lines += 1;
+            self.run_cron_command(b, &at, &vars, &command)?;
+        }
+        Ok(())
+    }
+
     fn run_cron_command(
         &mut self,
         b: &Block,
@@ -868,7 +897,7 @@ impl Fixture {
                 return Err(format!("{at}: no metrics file {file} after the run"));
             }
         }
-        if words.contains(&"--every") {
+        if words.contains(&"--every") || words.contains(&"--min-hold") {
             // The next host to fire this tick.
             let second = run();
             if second.status.code() != Some(conflict_code) || (quiet && !second.stderr.is_empty()) {
@@ -1184,6 +1213,23 @@ fn cron_entry(line: &str) -> Option<(String, String)> {
         rest = &t[end..];
     }
     Some((fields.join(" "), rest.trim().to_string()))
+}
+
+/// An anacrontab job's command: after a period (days, or `@monthly`, `@weekly`, `@daily`),
+/// a delay (minutes) and a job name. `None` for anything else (a variable).
+fn anacron_entry(line: &str) -> Option<String> {
+    let mut rest = line;
+    let mut fields = Vec::new();
+    for _ in 0..3 {
+        let t = rest.trim_start();
+        let end = t.find(char::is_whitespace)?;
+        fields.push(&t[..end]);
+        rest = &t[end..];
+    }
+    let period = fields[0].chars().all(|c| c.is_ascii_digit())
+        || ["@monthly", "@weekly", "@daily"].contains(&fields[0]);
+    let delay = fields[1].chars().all(|c| c.is_ascii_digit());
+    (period && delay && !fields[2].contains('=')).then(|| rest.trim().to_string())
 }
 
 fn valid_schedule(schedule: &str) -> bool {
