@@ -18,7 +18,9 @@
 //!   runs it, and lockrun where `cargo install` puts it (`$HOME/.cargo/bin`, on no cron's PATH);
 //!   it must exit 0 and, under `-q`, print nothing (cron mails whatever is printed). A line with
 //!   `--every` or `--min-hold` is run a second time at once: the tick is taken, so it must exit
-//!   0 under `-E 0` (else 75), silently under `-q`, without running the job again. (tests/cases/cron.rs runs
+//!   0 under `-E 0` (else 75), silently under `-q`, without running the job again. A line whose
+//!   PATH prefix names `$HOME/.cargo/bin` is also run without HOME, as a service that reuses it
+//!   may (runit gives none): lockrun must then not be found (127), as the README says. (tests/cases/cron.rs runs
 //!   the README's crontab on real daemons, lockrun where each install channel puts it.)
 //! - `anacrontab`: each line is a variable (`NAME=value`, which anacron passes to its jobs) or
 //!   a period, a delay and a job name, then a command. The command is run as a `cron` line's is
@@ -833,13 +835,16 @@ impl Fixture {
         std::fs::create_dir_all(&cargo_bin).unwrap();
         std::os::unix::fs::symlink(lockrun_bin(), cargo_bin.join("lockrun")).unwrap();
         // cron's environment: HOME, LOGNAME, SHELL, its PATH, and the crontab's variables.
-        let run = || {
-            Command::new("timeout")
-                .args(["60", "sh", "-c", &command])
+        // Without HOME: a service that reuses the line (runit gives none).
+        let run_with = |home: bool| {
+            let mut cmd = Command::new("timeout");
+            cmd.env_clear();
+            if home {
+                cmd.env("HOME", &scratch.work);
+            }
+            cmd.args(["60", "sh", "-c", &command])
                 .current_dir(&scratch.work)
-                .env_clear()
                 .env("PATH", "/usr/bin:/bin")
-                .env("HOME", &scratch.work)
                 .env("LOGNAME", "root")
                 .env("SHELL", "/bin/sh")
                 .envs(vars.iter().map(|(k, v)| (k, v)))
@@ -847,6 +852,7 @@ impl Fixture {
                 .output()
                 .expect("run sh")
         };
+        let run = || run_with(true);
         let words: Vec<&str> = command.split_whitespace().collect();
         let quiet = words.contains(&"-q");
         let conflict_code = if words.windows(2).any(|w| w == ["-E", "0"]) {
@@ -895,6 +901,21 @@ impl Fixture {
             let file = words.get(i + 1).copied().unwrap_or_default();
             if !Path::new(file).is_file() {
                 return Err(format!("{at}: no metrics file {file} after the run"));
+            }
+        }
+        if command.contains("$HOME/.cargo/bin") {
+            // The README's word for a service without HOME: the prefix names /.cargo/bin.
+            let homeless = run_with(false);
+            let err = String::from_utf8_lossy(&homeless.stderr);
+            if homeless.status.code() != Some(127) || !err.contains("lockrun: not found") {
+                return Err(explain(
+                    &format!(
+                        "{at}: without HOME, $HOME/.cargo/bin is /.cargo/bin and lockrun (a cargo \
+                         install here) should not be found, exit 127"
+                    ),
+                    &command,
+                    &homeless,
+                ));
             }
         }
         if words.contains(&"--every") || words.contains(&"--min-hold") {
