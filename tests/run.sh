@@ -26,6 +26,7 @@ source tests/ensure-pytools.sh
 source tests/ensure-ci-linters.sh
 source tests/ensure-prometheus.sh
 source tests/ensure-cron.sh
+source tests/ensure-anacron.sh
 source tests/ensure-netns.sh
 source tests/ensure-inits.sh
 # Most end-to-end tests wait on timers (leases, ticks, partitions), not the CPU: six at a time
@@ -35,13 +36,13 @@ export RUST_TEST_THREADS=${RUST_TEST_THREADS:-6}
 # The end-to-end suite runs twice: against Redis, then against Valkey (every test's server is
 # valkey-server). LOCKRUN_TEST_SERVER=redis or =valkey runs one of the two, whole.
 # The second pass of `both` leaves out the tests whose subject is another program or a
-# topology's timing rather than the server's protocol: real cron (minutes of wall time), the
+# topology's timing rather than the server's protocol: real cron (minutes of wall time) and anacron, the
 # platforms' stop sequences, promtool/node_exporter, the CI examples' validators, the
 # network-partition suite (ha_), lockrun in PID namespaces (and behind tini and dumb-init) and its log lines to the journal
 # (process and output handling), and the tests that talk to a fake server alone (no server of
 # either kind is asked anything there).
 # Run them against Valkey with LOCKRUN_TEST_SERVER=valkey.
-SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::cron_standby:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::pid_namespaces:: --skip cases::stop_races:: --skip cases::journal:: --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
+SECOND_PASS_SKIPS=(--skip cases::cron:: --skip cases::anacron:: --skip cases::cron_standby:: --skip cases::platform_stops:: --skip cases::alerting:: --skip cases::ci_examples:: --skip cases::ha_ --skip cases::pid_namespaces:: --skip cases::stop_races:: --skip cases::journal:: --skip cases::odd_replies::list_ --skip cases::odd_replies::a_waiter_told)
 case "${LOCKRUN_TEST_SERVER:-both}" in
   both)
     cargo test --locked "$@"

@@ -1,14 +1,18 @@
 //! `lockrun status KEY`: who holds it, since when, what is left of the lease, the fence and the
-//! queue. Exit 0 held, 1 free (scriptable like `flock -n`), 69 unavailable, 64 not a lock.
+//! queue, or, for a key kept after its run (`--every`, `--min-hold`), how that run ended. Exit 0
+//! held (kept too: other runs skip it), 1 free (scriptable like `flock -n`), 69 unavailable, 64
+//! not a lock.
 
 use super::{ask_all, combine, print_json, rough, HolderInfo};
 use crate::exit_codes::ExitCode;
 use crate::lock::failure::Misuse;
-use crate::lock::inspect::Inspection;
+use crate::lock::holder::HolderValue;
+use crate::lock::inspect::{Entry, Inspection};
 use crate::lock::redis::RedisLock;
 use crate::lock::LockError;
 use crate::logging::escape_controls;
 use serde_json::json;
+use std::time::Duration;
 
 pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitCode, LockError> {
     let n = nodes.len();
@@ -21,10 +25,11 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
         }));
     }
     let held = !view.holders.is_empty();
+    let finished = finished_run(nodes, key, &view).await;
     if json {
-        print_json(&document(key, &view));
+        print_json(&document(key, &view, finished.as_ref()));
     } else {
-        crate::output::print(&text(key, &view));
+        crate::output::print(&text(key, &view, finished.as_ref()));
     }
     Ok(if held {
         ExitCode::Command(0)
@@ -33,11 +38,74 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
     })
 }
 
+/// How many of the key's newest history entries are searched for the holder's end: after it
+/// come only the skips of the runs that found the key kept.
+const RECENT: u32 = 100;
+
+/// How the run that holds a lock ended, when it has: with `--every` (or `--min-hold`) the key
+/// outlives its run, kept for the rest of the tick, and still names that run as its holder.
+struct Finished {
+    outcome: String,
+    exit_code: Option<i64>,
+    duration: Option<Duration>,
+}
+
+impl Finished {
+    /// The holder's own entry in the key's history: the one with its public id that is not a
+    /// skip (a holder never skips its own key; Redlock's masters may each record it).
+    fn of(id: &str, entries: &[Entry]) -> Option<Finished> {
+        let entry = entries
+            .iter()
+            .find(|e| e.get("id") == Some(id) && e.get("outcome") != Some("skipped"))?;
+        Some(Finished {
+            outcome: entry.get("outcome")?.to_string(),
+            exit_code: entry.get("exit_code").and_then(|c| c.parse().ok()),
+            duration: entry
+                .get("duration_ms")
+                .and_then(|d| d.parse().ok())
+                .map(Duration::from_millis),
+        })
+    }
+
+    /// `ran, exit 0, after 2m13s`.
+    fn describe(&self) -> String {
+        let mut s = self.outcome.clone();
+        if let Some(code) = self.exit_code {
+            s.push_str(&format!(", exit {code}"));
+        }
+        if let Some(d) = self.duration {
+            s.push_str(&format!(", after {}", rough(d)));
+        }
+        s
+    }
+}
+
+/// The end of the exclusive holder's run, read from the history the lock scripts write when a
+/// run ends (the lock itself records no end: the kept key is the run's own value with a longer
+/// TTL). `None` while it runs, for a semaphore or shared holders (their slots go with their
+/// runs), and when no history says (`--history 0`, a history that cannot be read): shown as
+/// held, as before the run ended.
+async fn finished_run(nodes: &mut [RedisLock], key: &str, view: &Inspection) -> Option<Finished> {
+    if view.kind != "string" {
+        return None;
+    }
+    let (value, _) = view.holders.first()?;
+    let id = HolderValue::parse(value)?.id;
+    for node in nodes.iter_mut() {
+        if let Ok(entries) = node.history(key, RECENT).await {
+            if let Some(finished) = Finished::of(id, &entries) {
+                return Some(finished);
+            }
+        }
+    }
+    None
+}
+
 fn ttl_ms(left: Option<std::time::Duration>) -> serde_json::Value {
     left.map_or(serde_json::Value::Null, |d| (d.as_millis() as u64).into())
 }
 
-fn document(key: &str, view: &Inspection) -> serde_json::Value {
+fn document(key: &str, view: &Inspection, finished: Option<&Finished>) -> serde_json::Value {
     // Several holders, each with a lease of its own.
     let semaphore = view.kind == "zset" || view.kind == "shared";
     let first = view.holders.first();
@@ -69,6 +137,11 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
             "queued_ms": since.as_millis() as u64,
         })),
         "holders": holders,
+        "finished": finished.map(|f| json!({
+            "outcome": f.outcome,
+            "exit_code": f.exit_code,
+            "duration_ms": f.duration.map(|d| d.as_millis() as u64),
+        })),
         "tick": view.tick.as_ref().map(|t| json!({
             "state": if t.done { "done" } else { "open" },
             "attempt": t.attempt,
@@ -77,7 +150,7 @@ fn document(key: &str, view: &Inspection) -> serde_json::Value {
     })
 }
 
-fn text(key: &str, view: &Inspection) -> String {
+fn text(key: &str, view: &Inspection, finished: Option<&Finished>) -> String {
     let mut out = String::new();
     let mut line = |label: &str, value: String| {
         out.push_str(&format!("{label:<10}{}\n", escape_controls(&value)))
@@ -106,6 +179,15 @@ fn text(key: &str, view: &Inspection) -> String {
                     format!("{} ({} left)", HolderInfo::of(value).raw, left(*l)),
                 );
             }
+        }
+        (_, [(value, l), ..]) if finished.is_some() => {
+            let f = finished.map(Finished::describe).unwrap_or_default();
+            line(
+                "state:",
+                format!("kept for the tick: its run finished ({f})"),
+            );
+            line("ran by:", HolderInfo::of(value).raw);
+            line("ttl:", left(*l));
         }
         (_, [(value, l), ..]) => {
             let h = HolderInfo::of(value);

@@ -17,9 +17,15 @@
 //!   `sh -c` with only the block's variables, HOME and cron's PATH (`/usr/bin:/bin`), as cron
 //!   runs it, and lockrun where `cargo install` puts it (`$HOME/.cargo/bin`, on no cron's PATH);
 //!   it must exit 0 and, under `-q`, print nothing (cron mails whatever is printed). A line with
-//!   `--every` is run a second time at once: the tick is taken, so it must exit 0 under `-E 0`
-//!   (else 75), silently under `-q`, without running the job again. (tests/cases/cron.rs runs
+//!   `--every` or `--min-hold` is run a second time at once: the tick is taken, so it must exit
+//!   0 under `-E 0` (else 75), silently under `-q`, without running the job again. A line whose
+//!   PATH prefix names `$HOME/.cargo/bin` is also run without HOME, as a service that reuses it
+//!   may (runit gives none): lockrun must then not be found (127), as the README says. (tests/cases/cron.rs runs
 //!   the README's crontab on real daemons, lockrun where each install channel puts it.)
+//! - `anacrontab`: each line is a variable (`NAME=value`, which anacron passes to its jobs) or
+//!   a period, a delay and a job name, then a command. The command is run as a `cron` line's is
+//!   (once, and at once a second time when it keeps its key). (tests/cases/anacron.rs runs the
+//!   guide's anacrontab on the real anacron, hosts and days apart.)
 //! - `yaml`: cannot run here (GitHub Actions, GitLab CI, Kubernetes), so it must carry the
 //!   syntax-only marker. It must parse; every `run:`/`script:` line must pass `bash -n`, start
 //!   with a command that exists, and use only `$VARIABLES` the example defines (`env:`,
@@ -219,6 +225,7 @@ struct Counts {
     shell_syntax: usize,
     filters: usize,
     cron_lines: usize,
+    anacron_lines: usize,
     yaml: usize,
     dockerfile: usize,
     lockrun_checked: usize,
@@ -257,6 +264,7 @@ fn every_example_in_the_docs_runs_or_is_checked() {
             && counts.shell_syntax > 0
             && counts.filters > 0
             && counts.cron_lines > 0
+            && counts.anacron_lines > 0
             && counts.yaml > 0
             && counts.lockrun_checked > 0
             && counts.transcripts > 0
@@ -521,6 +529,7 @@ impl Fixture {
                 self.run_filters(b)
             }
             ("cron", None) => self.run_cron(b, counts),
+            ("anacrontab", None) => self.run_anacrontab(b, counts),
             ("yaml" | "yml", Some(Marker::SyntaxOnly)) => {
                 counts.yaml += 1;
                 self.check_yaml(b, counts)
@@ -783,6 +792,28 @@ impl Fixture {
         Ok(())
     }
 
+    fn run_anacrontab(&mut self, b: &Block, counts: &mut Counts) -> Result<(), String> {
+        let mut vars: Vec<(String, String)> = Vec::new();
+        for (n, line) in b.body.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let at = format!("line {}", b.line + 1 + n);
+            let Some(command) = anacron_entry(line) else {
+                let Some((name, value)) = line.split_once('=') else {
+                    return Err(format!("{at}: neither a variable nor a job: {line}"));
+                };
+                let value = value.trim().trim_matches('"').trim_matches('\'');
+                vars.push((name.trim().to_string(), value.to_string()));
+                continue;
+            };
+            counts.anacron_lines += 1;
+            self.run_cron_command(b, &at, &vars, &command)?;
+        }
+        Ok(())
+    }
+
     fn run_cron_command(
         &mut self,
         b: &Block,
@@ -804,13 +835,16 @@ impl Fixture {
         std::fs::create_dir_all(&cargo_bin).unwrap();
         std::os::unix::fs::symlink(lockrun_bin(), cargo_bin.join("lockrun")).unwrap();
         // cron's environment: HOME, LOGNAME, SHELL, its PATH, and the crontab's variables.
-        let run = || {
-            Command::new("timeout")
-                .args(["60", "sh", "-c", &command])
+        // Without HOME: a service that reuses the line (runit gives none).
+        let run_with = |home: bool| {
+            let mut cmd = Command::new("timeout");
+            cmd.env_clear();
+            if home {
+                cmd.env("HOME", &scratch.work);
+            }
+            cmd.args(["60", "sh", "-c", &command])
                 .current_dir(&scratch.work)
-                .env_clear()
                 .env("PATH", "/usr/bin:/bin")
-                .env("HOME", &scratch.work)
                 .env("LOGNAME", "root")
                 .env("SHELL", "/bin/sh")
                 .envs(vars.iter().map(|(k, v)| (k, v)))
@@ -818,6 +852,7 @@ impl Fixture {
                 .output()
                 .expect("run sh")
         };
+        let run = || run_with(true);
         let words: Vec<&str> = command.split_whitespace().collect();
         let quiet = words.contains(&"-q");
         let conflict_code = if words.windows(2).any(|w| w == ["-E", "0"]) {
@@ -868,7 +903,22 @@ impl Fixture {
                 return Err(format!("{at}: no metrics file {file} after the run"));
             }
         }
-        if words.contains(&"--every") {
+        if command.contains("$HOME/.cargo/bin") {
+            // The README's word for a service without HOME: the prefix names /.cargo/bin.
+            let homeless = run_with(false);
+            let err = String::from_utf8_lossy(&homeless.stderr);
+            if homeless.status.code() != Some(127) || !err.contains("lockrun: not found") {
+                return Err(explain(
+                    &format!(
+                        "{at}: without HOME, $HOME/.cargo/bin is /.cargo/bin and lockrun (a cargo \
+                         install here) should not be found, exit 127"
+                    ),
+                    &command,
+                    &homeless,
+                ));
+            }
+        }
+        if words.contains(&"--every") || words.contains(&"--min-hold") {
             // The next host to fire this tick.
             let second = run();
             if second.status.code() != Some(conflict_code) || (quiet && !second.stderr.is_empty()) {
@@ -1184,6 +1234,23 @@ fn cron_entry(line: &str) -> Option<(String, String)> {
         rest = &t[end..];
     }
     Some((fields.join(" "), rest.trim().to_string()))
+}
+
+/// An anacrontab job's command: after a period (days, or `@monthly`, `@weekly`, `@daily`),
+/// a delay (minutes) and a job name. `None` for anything else (a variable).
+fn anacron_entry(line: &str) -> Option<String> {
+    let mut rest = line;
+    let mut fields = Vec::new();
+    for _ in 0..3 {
+        let t = rest.trim_start();
+        let end = t.find(char::is_whitespace)?;
+        fields.push(&t[..end]);
+        rest = &t[end..];
+    }
+    let period = fields[0].chars().all(|c| c.is_ascii_digit())
+        || ["@monthly", "@weekly", "@daily"].contains(&fields[0]);
+    let delay = fields[1].chars().all(|c| c.is_ascii_digit());
+    (period && delay && !fields[2].contains('=')).then(|| rest.trim().to_string())
 }
 
 fn valid_schedule(schedule: &str) -> bool {

@@ -1,4 +1,5 @@
 mod alerting;
+mod anacron;
 mod broken_output;
 mod ci_examples;
 mod closed_stdio;

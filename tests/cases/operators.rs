@@ -121,6 +121,51 @@ fn status_of_a_held_lock_says_who_since_when_and_the_fence() {
 }
 
 #[test]
+fn status_of_a_finished_every_run_says_it_finished_and_the_key_is_kept_for_the_tick() {
+    let redis = Server::start();
+    // Running: held, and no run finished yet.
+    let held = Held::start(&redis, &["--every", "1h"], "hourly");
+    let v = json_of(&verb(&redis, "status", &["hourly", "--json"]));
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["finished"], serde_json::Value::Null, "{v}");
+    let (code, _) = held.finish();
+    assert_eq!(code, Some(0));
+    // Finished: the key stays for the rest of the hour's hold, and says why.
+    let out = verb(&redis, "status", &["hourly"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "kept: still held for other runs"
+    );
+    let text = stdout_of(&out);
+    assert!(
+        text.contains("state:    kept for the tick: its run finished (ran, exit 0"),
+        "{text}"
+    );
+    assert!(text.contains("ran by:   "), "{text}");
+    assert!(!text.contains("held for:"), "{text}");
+    let v = json_of(&verb(&redis, "status", &["hourly", "--json"]));
+    assert_eq!(v["held"], true, "{v}");
+    assert_eq!(v["finished"]["outcome"], "ran", "{v}");
+    assert_eq!(v["finished"]["exit_code"], 0, "{v}");
+    assert!(v["finished"]["duration_ms"].as_u64().is_some(), "{v}");
+    let ttl = v["ttl_ms"].as_u64().unwrap();
+    assert!(
+        ttl > 3_000_000 && ttl <= 3_240_000,
+        "the rest of the 54 min hold: {ttl}"
+    );
+    // A failed run is kept the same way, and says how it ended.
+    let out = run({
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--every", "1h", "failing", "--", "sh", "-c", "exit 3"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout_of(&verb(&redis, "status", &["failing"]));
+    assert!(text.contains("its run finished (ran, exit 3"), "{text}");
+}
+
+#[test]
 fn status_held_for_counts_from_the_acquisition_not_from_the_wait() {
     // The second holder waits ~3 s in the queue; `held for` must not count that wait.
     let redis = Server::start();

@@ -1,11 +1,14 @@
 //! The shipped examples stopped the way their platform stops them, with a job that ignores
-//! SIGTERM: the Kubernetes CronJob (lockrun as PID 1 of a PID namespace), the Deployment
-//! (tick.sh as PID 1, lockrun under it) and the systemd unit (`KillMode=mixed`: SIGTERM to
-//! lockrun alone). Each must be gone within the platform's grace (`terminationGracePeriodSeconds`,
-//! `TimeoutStopSec`), read from the shipped file, with the key released, the run recorded
-//! (`aborted`) and the job's end as exit code: the platform's own SIGKILL never has to come.
-//! Kubernetes and systemd cannot run here: what they do on stop is one signal, then
-//! a deadline, which these tests do, to the command lines and settings the files ship.
+//! SIGTERM: the Kubernetes CronJob (lockrun as PID 1 of a PID namespace), the Deployment and
+//! the compose service (tick.sh as PID 1, lockrun under it), the systemd unit (`KillMode=mixed`:
+//! SIGTERM to lockrun alone) and installing.md's `docker run` lines (lockrun as PID 1). Each
+//! must be gone within the platform's grace (`terminationGracePeriodSeconds`,
+//! `stop_grace_period`, `TimeoutStopSec`, `--stop-timeout`), read from the shipped file, with the
+//! key released, the run recorded (`aborted`) and the job's end as exit code: the platform's own
+//! SIGKILL never has to come. Kubernetes, Docker and systemd cannot run here: what they do on
+//! stop is one signal, then a deadline, which these tests do, to the command lines and settings
+//! the files ship. A `docker run --init` line (an init as PID 1, lockrun its child) must keep
+//! the lock for what the job daemonizes, as `--subreaper` does.
 
 use crate::support::*;
 use std::path::{Path, PathBuf};
@@ -239,6 +242,15 @@ fn platform_stops_the_deployment_within_its_grace() {
         took < grace,
         "gone in {took:?}, within terminationGracePeriodSeconds {grace:?}: {out}{err}"
     );
+    // The compose service runs the same tick.sh, stopped by `docker stop`.
+    let compose = seconds(yaml_value(
+        &packaging("compose/docker-compose.yml"),
+        "stop_grace_period",
+    ));
+    assert!(
+        took < compose,
+        "gone in {took:?}, within compose's stop_grace_period {compose:?}: {out}{err}"
+    );
     assert!(
         took >= seconds(&kill_after) - Duration::from_millis(200),
         "after --kill-after: {took:?}"
@@ -312,4 +324,165 @@ fn platform_stops_the_systemd_unit_within_its_timeout() {
         "systemd",
         Some(Duration::from_secs(54)),
     );
+}
+
+/// The `docker run` lines of docs/installing.md that run the lockrun image: each one's Docker
+/// options (`--init`, the `--stop-timeout` grace) and the arguments the image's entrypoint
+/// (lockrun) gets.
+struct DockerRun {
+    line: String,
+    init: bool,
+    /// `--stop-timeout`, else Docker's default, 10 s.
+    grace: Duration,
+    lockrun_args: Vec<String>,
+}
+
+fn docker_run_lines() -> Vec<DockerRun> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/installing.md"))
+            .unwrap();
+    let mut runs = Vec::new();
+    for line in doc.lines().filter(|l| l.starts_with("docker run ")) {
+        let mut words = line.split_whitespace().skip(2);
+        let (mut init, mut grace) = (false, Duration::from_secs(10));
+        let mut image = None;
+        while let Some(w) = words.next() {
+            match w {
+                "--init" => init = true,
+                "--stop-timeout" => grace = seconds(words.next().unwrap()),
+                "-e" | "--env" | "--name" | "--network" | "-v" => {
+                    words.next();
+                }
+                w if w.starts_with('-') => {}
+                w => {
+                    image = Some(w);
+                    break;
+                }
+            }
+        }
+        if image == Some("lockrun") {
+            runs.push(DockerRun {
+                line: line.to_string(),
+                init,
+                grace,
+                lockrun_args: words.map(String::from).collect(),
+            });
+        }
+    }
+    assert!(
+        !runs.is_empty(),
+        "no `docker run … lockrun` line in docs/installing.md"
+    );
+    runs
+}
+
+/// The line's lockrun arguments with the command after `--` replaced by `job`.
+fn with_job(args: &[String], job: &[&str]) -> Vec<String> {
+    let dash = args.iter().position(|a| a == "--").expect("KEY -- COMMAND");
+    let mut out = args[..=dash].to_vec();
+    out.extend(job.iter().map(|s| s.to_string()));
+    out
+}
+
+/// `docker stop` is SIGTERM to PID 1, then SIGKILL after the container's stop timeout: with
+/// Docker's default (10 s, `--kill-after`'s too) lockrun would be killed before it released.
+#[test]
+fn platform_stops_the_docker_run_lines_within_their_stop_timeout() {
+    for docker in docker_run_lines().iter().filter(|d| !d.init) {
+        let redis = Server::start();
+        let bin = bin_dir();
+        let job = bin.path().join("job.sh").display().to_string();
+        let args = with_job(&docker.lockrun_args, &[&job]);
+        let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
+        let metrics = bin.path().join("job.prom");
+        let mut cmd = Command::new("unshare");
+        from_a_clean_caller(&mut cmd);
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(lockrun_bin())
+            .args(&args)
+            .env("LOCKRUN_REDIS_URL", redis.url())
+            .env("LOCKRUN_METRICS_FILE", &metrics)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let pid1 = first_child(child.id());
+        let (took, code, err) = stop(&mut child, &redis, &key, pid1);
+        assert!(
+            took < docker.grace,
+            "gone in {took:?}, within the container's stop timeout {:?} ({}): {err}",
+            docker.grace,
+            docker.line
+        );
+        assert_eq!(code, Some(137), "{err}");
+        assert_recorded(&metrics, &redis, &key, "docker run", None);
+    }
+}
+
+/// Under an init (`docker run --init`: tini as PID 1), lockrun is a child: only with
+/// `--subreaper` does a process the job daemonizes stay lockrun's, held under the lock until it
+/// is gone. The control, the same line without it, releases while that process still runs.
+#[test]
+fn docker_run_with_init_lines_keep_the_lock_for_a_daemonized_process() {
+    let inits: Vec<DockerRun> = docker_run_lines().into_iter().filter(|d| d.init).collect();
+    assert!(
+        !inits.is_empty(),
+        "no `docker run --init … lockrun` line in docs/installing.md"
+    );
+    for docker in &inits {
+        for control in [false, true] {
+            let redis = Server::start();
+            let dir = tempfile::tempdir().unwrap();
+            let done = dir.path().join("daemon.done");
+            // It ignores the SIGTERM lockrun sends what the command left behind, and the command
+            // exits once it does (not before: the SIGTERM would find it without its trap).
+            let ready = dir.path().join("daemon.ready");
+            let daemon = format!(
+                "setsid sh -c 'trap \"\" TERM; touch {ready}; sleep 2; touch {done}' \
+                 </dev/null >/dev/null 2>&1 & while [ ! -e {ready} ]; do sleep 0.01; done",
+                ready = ready.display(),
+                done = done.display()
+            );
+            let mut args = with_job(&docker.lockrun_args, &["sh", "-c", &daemon]);
+            if control {
+                args.retain(|a| a != "--subreaper");
+            } else {
+                assert!(
+                    args.iter().any(|a| a == "--subreaper"),
+                    "under --init lockrun is not PID 1: the line needs --subreaper: {}",
+                    docker.line
+                );
+            }
+            let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
+            // A stand-in for tini: PID 1 of the namespace, lockrun its child.
+            let mut cmd = Command::new("unshare");
+            from_a_clean_caller(&mut cmd);
+            cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+                .args(["sh", "-c", "\"$@\"; code=$?; wait; exit $code", "init"])
+                .arg(lockrun_bin())
+                .args(&args)
+                .env("LOCKRUN_REDIS_URL", redis.url())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            eventually("lockrun to release the lock", || {
+                redis.exists(&key) || wait_timeout(&mut child, Duration::ZERO).is_some()
+            });
+            eventually("the key to go", || !redis.exists(&key));
+            let daemon_done_at_release = done.exists();
+            let status = wait_timeout(&mut child, Duration::from_secs(20)).expect("exits");
+            assert_eq!(status.code(), Some(0));
+            if control {
+                assert!(
+                    !daemon_done_at_release,
+                    "the control (no --subreaper) released while the daemon ran"
+                );
+            } else {
+                assert!(
+                    daemon_done_at_release,
+                    "the lock was released before the daemonized process ended: {}",
+                    docker.line
+                );
+            }
+        }
+    }
 }

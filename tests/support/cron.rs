@@ -68,11 +68,18 @@ pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
 /// line `heading`, before the next heading of its level or above (`## Crontab` ends at the next
 /// `## ` or `# `): the lines that section tells people to install.
 pub fn crontab_block(doc: &str, name: &str, heading: &str) -> Result<String, String> {
+    fenced_block(doc, name, heading, "cron")
+}
+
+/// The first fenced block with info string `info` of `doc` (named `name` in errors) under the
+/// heading line `heading`, before the next heading of its level or above.
+pub fn fenced_block(doc: &str, name: &str, heading: &str, info: &str) -> Result<String, String> {
     let level = heading.chars().take_while(|c| *c == '#').count();
     let ends_section = |l: &str| {
         let hashes = l.chars().take_while(|c| *c == '#').count();
         (1..=level).contains(&hashes) && l[hashes..].starts_with(' ')
     };
+    let fence = format!("```{info}");
     let mut lines = doc.lines();
     lines
         .by_ref()
@@ -83,12 +90,12 @@ pub fn crontab_block(doc: &str, name: &str, heading: &str) -> Result<String, Str
         if ends_section(line) {
             break;
         }
-        if line.trim_end() == "```cron" {
+        if line.trim_end() == fence {
             block = Some(String::new());
             break;
         }
     }
-    let mut block = block.ok_or(format!("no ```cron block under `{heading}` in {name}"))?;
+    let mut block = block.ok_or(format!("no {fence} block under `{heading}` in {name}"))?;
     for line in lines {
         if line.trim_end() == "```" {
             return Ok(block);
@@ -97,7 +104,7 @@ pub fn crontab_block(doc: &str, name: &str, heading: &str) -> Result<String, Str
         block.push('\n');
     }
     Err(format!(
-        "the ```cron block under `{heading}` in {name} is not closed"
+        "the {fence} block under `{heading}` in {name} is not closed"
     ))
 }
 
