@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure the stop-race tests (tests/cases/stop_races.rs) have the inits they put in front of
+# Makes sure the stop-race tests (tests/cases/stop_races.rs) and the `docker run --init` test
+# (tests/cases/platform_stops.rs) have the inits they put in front of
 # lockrun: tini (what `docker run --init` starts) and dumb-init. Installs Debian/Ubuntu's
 # packages when one is missing, and says so: never silently. Sourced by tests/run.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/ensure-apt.sh"

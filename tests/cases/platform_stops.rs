@@ -418,6 +418,14 @@ fn platform_stops_the_docker_run_lines_within_their_stop_timeout() {
     }
 }
 
+/// tini, from PATH (tests/ensure-inits.sh installs it).
+fn tini() -> std::path::PathBuf {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("tini"))
+        .find(|p| p.is_file());
+    found.expect("tini is not installed: bash tests/ensure-inits.sh installs it")
+}
+
 /// Under an init (`docker run --init`: tini as PID 1), lockrun is a child: only with
 /// `--subreaper` does a process the job daemonizes stay lockrun's, held under the lock until it
 /// is gone. The control, the same line without it, releases while that process still runs.
@@ -453,11 +461,13 @@ fn docker_run_with_init_lines_keep_the_lock_for_a_daemonized_process() {
                 );
             }
             let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
-            // A stand-in for tini: PID 1 of the namespace, lockrun its child.
+            // Debian's tini, the init `docker run --init` starts: PID 1 of the namespace,
+            // lockrun its child.
             let mut cmd = Command::new("unshare");
             from_a_clean_caller(&mut cmd);
             cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-                .args(["sh", "-c", "\"$@\"; code=$?; wait; exit $code", "init"])
+                .arg(tini())
+                .arg("--")
                 .arg(lockrun_bin())
                 .args(&args)
                 .env("LOCKRUN_REDIS_URL", redis.url())
