@@ -5,14 +5,16 @@
 //! systemd unit can configure lockrun without flags. Flags win over the environment.
 //!
 //! Where each part lives: the options (`options.rs`), what help says beyond them and its two
-//! tiers (`help.rs`), which form a line is and its one parse (`dispatch.rs`), what a line that
-//! does not parse becomes (`said.rs`), the operators' commands ([`verbs`]).
+//! tiers (`help.rs`), which form a line is and its one parse (`dispatch.rs`), a line's words
+//! read before clap reads them (`words.rs`), what a line that does not parse becomes
+//! (`said.rs`), the operators' commands ([`verbs`]).
 
 mod dispatch;
 mod help;
 mod options;
 mod said;
 pub mod verbs;
+mod words;
 
 pub use help::{COMMAND_ENV, ENV_ONLY, ENV_RULES, EXAMPLE};
 pub use options::{Args, Connection, Logs, OnLost, DEFAULT_HISTORY, MAX_HISTORY, MAX_TTL, MIN_TTL};
@@ -63,9 +65,9 @@ pub fn parse() -> Result<Invocation, ExitCode> {
     parse_from(std::env::args_os())
 }
 
-/// [`parse`] of given words (the program's name first). The run form stays exactly as it was:
-/// only when the first word that is not an option (or an option's value) names a subcommand of
-/// [`command`] is it a command; it moves to the front, so the connection and log options may
+/// [`parse`] of given words (the program's name first). A line is the run form unless the
+/// first word that is not an option (or an option's value) names a subcommand of [`command`];
+/// that word moves to the front, so the connection and log options may
 /// come before it as well as after (`lockrun -r URL status KEY`). `run` is the run form again,
 /// for a lock named like a command. How: `cli/dispatch.rs`.
 pub fn parse_from<I, T>(args: I) -> Result<Invocation, ExitCode>
@@ -76,7 +78,8 @@ where
     dispatch::parse_from(args.into_iter().map(Into::into).collect())
 }
 
-/// on several threads.
+/// Held by every test that sets `LOCKRUN_*` variables: clap reads the process's environment,
+/// which the tests, on several threads, share.
 #[cfg(test)]
 static TEST_ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

@@ -208,51 +208,15 @@ mod tests {
         }
     }
 
-    /// A job's ending as lockrun worked it out before `decide`, step by step: the supervisor's
-    /// code (76 while stopping for the lock, 124 for the time limit), `record.lost` after the
-    /// job, the key found gone at release, and the metrics file's outcome (`outcome_of(code,
-    /// record.lost, stop_received)`).
-    fn before(
-        status: ExitCode,
-        stopped: Stopped,
-        lock_lost: bool,
-        stop_received: bool,
-        key_gone: bool,
-    ) -> (ExitCode, Outcome, bool) {
-        let code = match stopped {
-            Stopped::Lock => LockLost,
-            Stopped::TimeLimit => TimedOut,
-            _ => status,
-        };
-        let mut lost = lock_lost || code == LockLost;
-        if key_gone {
-            lost = true;
-        }
-        (code, outcome_of(code, lost, stop_received), lost)
-    }
-
-    /// `metrics::outcome_of` as it was, and a time limit's: `lost` if the lock was lost too,
-    /// else `timeout`, whatever signal came after.
-    fn outcome_of(code: ExitCode, lost: bool, stop_received: bool) -> Outcome {
-        match code {
-            Conflict(_) => Outcome::Skipped,
-            LockLost => Outcome::Lost,
-            TimedOut if lost => Outcome::Lost,
-            TimedOut => Outcome::Timeout,
-            Aborted(_) => Outcome::Aborted,
-            Usage | Unavailable | Internal | IoError | OsError | NotExecutable | NotFound => {
-                Outcome::Error
-            }
-            Command(_) | Signaled(_) if lost => Outcome::Lost,
-            Command(_) | Signaled(_) if stop_received => Outcome::Aborted,
-            Command(_) | Signaled(_) => Outcome::Ran,
-        }
-    }
-
-    /// Every course a run can come to, with its exit code, outcome and `lost`.
+    /// A run that ran no job ends with its own code: an error, a skip with `-E`'s code, an
+    /// abort with 128+N.
     #[test]
-    fn every_course_has_one_ending() {
-        let errors = [
+    fn a_run_without_a_job_ends_with_its_own_code() {
+        let end = |course| {
+            let e = decide(course);
+            (e.code, e.outcome, e.lost)
+        };
+        for code in [
             Usage,
             Unavailable,
             Internal,
@@ -260,66 +224,26 @@ mod tests {
             OsError,
             NotExecutable,
             NotFound,
-        ];
-        let mut rows: Vec<(Course, ExitCode, Outcome, bool)> = Vec::new();
-        for code in errors {
-            rows.push((Course::Failed(code), code, Outcome::Error, false));
+        ] {
+            assert_eq!(end(Course::Failed(code)), (code, Outcome::Error, false));
         }
-        for (code, leased) in [(75, false), (75, true), (0, false), (0, true), (3, true)] {
-            let course = Course::Skipped { code, leased };
-            rows.push((course, Conflict(code), Outcome::Skipped, false));
+        for (code, leased) in [(75, false), (75, true), (0, false), (3, true)] {
+            assert_eq!(
+                end(Course::Skipped { code, leased }),
+                (Conflict(code), Outcome::Skipped, false)
+            );
         }
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
-            rows.push((Course::Aborted(sig), Aborted(sig), Outcome::Aborted, false));
-        }
-        // The job ran: every status, reason, loss, signal and release finding.
-        let statuses = [Command(0), Command(3), Signaled(9), Signaled(15), Internal];
-        let reasons = [
-            Stopped::No,
-            Stopped::Lock,
-            Stopped::Signal,
-            Stopped::TimeLimit,
-            Stopped::Leftovers,
-        ];
-        for status in statuses {
-            for stopped in reasons {
-                for lock_lost in [false, true] {
-                    for stop_received in [false, true] {
-                        for key_gone in [false, true] {
-                            let course =
-                                ran(job(status, stopped, lock_lost), stop_received, key_gone);
-                            let (code, outcome, lost) =
-                                before(status, stopped, lock_lost, stop_received, key_gone);
-                            rows.push((course, code, outcome, lost));
-                        }
-                    }
-                }
-            }
-        }
-        assert_eq!(rows.len(), 7 + 5 + 4 + 5 * 5 * 2 * 2 * 2);
-        for (course, code, outcome, lost) in rows {
-            if !matches!(course, Course::Ran { .. }) {
-                // No job ran: the outcome is the code's, whatever signal came.
-                for stop_received in [false, true] {
-                    assert_eq!(
-                        outcome_of(code, false, stop_received),
-                        outcome,
-                        "{course:?}"
-                    );
-                }
-            }
-            let ending = decide(course);
             assert_eq!(
-                (ending.code, ending.outcome, ending.lost, ending.course),
-                (code, outcome, lost, course),
-                "{course:?}"
+                end(Course::Aborted(sig)),
+                (Aborted(sig), Outcome::Aborted, false)
             );
         }
     }
 
-    /// The same facts spelled out, one row per case the old rules named.
+    /// A job that ran: its own code unless the lock or the time limit stopped it.
     #[test]
-    fn the_cases_by_name() {
+    fn a_job_that_ran_ends_with_its_code_unless_lockrun_stopped_it() {
         let end = |course| {
             let e = decide(course);
             (e.code, e.outcome, e.lost)
@@ -359,6 +283,18 @@ mod tests {
         assert_eq!(
             end(ran(plain(Command(0)), false, true)),
             (Command(0), Outcome::Lost, true)
+        );
+        // Leftovers stopped after the command exited: the command's own code.
+        for status in [Command(0), Command(3), Signaled(9)] {
+            assert_eq!(
+                end(ran(job(status, Stopped::Leftovers, false), false, false)),
+                (status, Outcome::Ran, false)
+            );
+        }
+        // A stop signal and a lost lock: the lock's ending.
+        assert_eq!(
+            end(ran(job(Signaled(15), Stopped::Lock, true), true, false)),
+            (LockLost, Outcome::Lost, true)
         );
     }
 

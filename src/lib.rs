@@ -7,6 +7,7 @@
 //! - [`duration`]: `500ms` / `30s` / `forever`
 //! - [`lock`]: the lock protocol behind the [`lock::LockService`] seam (Lua scripts on Redis)
 //! - [`watchdog`]: lease renewal while the job runs
+//! - [`clock_rate`]: our clock's rate against the server's, measured from the lock's replies
 //! - [`signals`], [`spawn`], [`supervisor`]: signal capture, starting the command (vfork-style),
 //!   its process group, reaping
 //! - [`ending`]: how a run ended, decided once; the exit code, history entry, metrics file and

@@ -1,8 +1,8 @@
 //! What a parse that did not give an invocation becomes: help or version printed on stdout
 //! (exit 0), or one line on stderr (exit 64), in JSON when the line asked for JSON logs.
 
-use super::dispatch::values_of;
 use super::help::SHORT_HELP;
+use super::words::values_of;
 use crate::exit_codes::ExitCode;
 use std::ffi::OsString;
 
