@@ -348,6 +348,37 @@ fn standby_needs_every_one_server_and_no_limit() {
     );
 }
 
+/// A standby that never reached Redis learned nothing of the tick: it reports the outage at
+/// once (exit 69), as a run without `--standby` does, not after the tick's whole hold (54 s
+/// here, a day less 2.4 h for `--every 1d`), when cron's mail would come a tick late.
+#[test]
+fn a_standby_that_cannot_reach_redis_at_first_reports_it_at_once() {
+    let nobody = format!("redis://127.0.0.1:{}", free_port());
+    for standby in [&[][..], &["--standby"][..]] {
+        let mut cmd = Lockrun::to(&[&nobody]);
+        cmd.args(standby).args([
+            "-q", "-E", "0", "--every", "1m", "tick", "--", "echo", "ran",
+        ]);
+        let t0 = Instant::now();
+        let out = run(cmd);
+        let took = t0.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{standby:?}: {}",
+            stderr_of(&out)
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "{standby:?}: reported at once, not at the end of the tick: {took:?}"
+        );
+        let err = stderr_of(&out);
+        assert_eq!(err.lines().count(), 1, "{standby:?}: one line: {err}");
+        assert!(err.contains("ERROR"), "{standby:?}: {err}");
+        assert_eq!(stdout_of(&out), "", "{standby:?}: never ran");
+    }
+}
+
 /// A node drained, a unit stopped: lockrun told to stop, its job stopped with it, hands the
 /// tick on.
 #[test]
