@@ -68,6 +68,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     }
     let hold = hold(args.every, args.min_hold, args.wait)?;
     let tick = tick(args, hold)?;
+    once_per_tick(args)?;
     let spread = spread(args, hold)?;
     let lock = backend(args)?;
     shared(args, &lock)?;
@@ -387,7 +388,9 @@ fn spread(args: &Args, hold: Duration) -> Result<Duration, Usage> {
 
 /// `--shared` needs one server: under Redlock each master would count shared holders of its
 /// own, and an exclusive majority can form beside a shared one. With `--limit` (the semaphore
-/// already lets N run at once) and `--standby` (a tick is one run) it means nothing.
+/// already lets N run at once) it means nothing; with `--every` (and so `--standby`) every
+/// host would run each tick, and the key, held shared for the tick, would refuse every
+/// exclusive run meanwhile.
 fn shared(args: &Args, lock: &Backend) -> Result<(), Usage> {
     if !args.shared {
         return Ok(());
@@ -396,6 +399,8 @@ fn shared(args: &Args, lock: &Backend) -> Result<(), Usage> {
         "--limit: a semaphore's holders share it already"
     } else if args.standby {
         "--standby: a tick is run once, by one host"
+    } else if args.every.is_some() {
+        "--every: a tick is run once, by one host"
     } else if let Backend::Quorum(_) = lock {
         "several Redis masters: shared holders are kept on one server (a Sentinel group or a \
          Cluster is one)"
@@ -422,6 +427,19 @@ fn tick(args: &Args, hold: Duration) -> Result<Option<Duration>, Usage> {
         ));
     }
     Ok(Some(hold))
+}
+
+/// `--every` with `--limit N`: each of N slots would be kept for the tick, so the first N hosts
+/// to fire would each run it. Refused, as a tick is run once (`--shared`: see [`shared`]).
+fn once_per_tick(args: &Args) -> Result<(), Usage> {
+    if args.every.is_some() && args.limit.is_some() {
+        return Err(Usage(
+            "--every cannot be used with --limit: a tick is run once, by one host (with \
+             --limit N, N hosts would run each tick)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// How long the key stays after the acquire when the job is quicker: for `--every P`, P less a
@@ -546,7 +564,7 @@ mod shared_tests {
     }
 
     #[test]
-    fn shared_needs_one_server_and_neither_limit_nor_standby() {
+    fn shared_needs_one_server_and_neither_limit_nor_every() {
         let spec = plan(&["--shared", "k", "true"]).unwrap().spec;
         assert!(spec.shared && spec.limit.is_none());
         assert!(!plan(&["k", "true"]).unwrap().spec.shared);
@@ -558,6 +576,13 @@ mod shared_tests {
         );
         let standby = refused(&["--shared", "--every", "1m", "--standby", "k", "true"]);
         assert!(standby.contains("--standby"), "{standby}");
+        let every = refused(&["--shared", "--every", "1m", "k", "true"]);
+        assert!(every.contains("--every"), "{every}");
+        let slots = refused(&["--limit", "2", "--every", "1m", "k", "true"]);
+        assert!(
+            slots.starts_with("--every cannot be used with --limit"),
+            "{slots}"
+        );
         let masters = "redis://a:1,redis://b:1,redis://c:1";
         let quorum = refused(&["--shared", "--redis", masters, "k", "true"]);
         assert!(quorum.contains("several Redis masters"), "{quorum}");

@@ -171,7 +171,8 @@ const CLEANUP: Duration = Duration::from_secs(1);
 pub(super) struct Waiter<'a> {
     spec: &'a LockSpec,
     holder: &'a Holder,
-    /// A wait was asked for (not `--wait 0`), or `--standby`: queue, and retry an outage.
+    /// A wait was asked for (not `--wait 0`), or `--standby`: queue, and retry an outage (a
+    /// standby only once the server has answered: `waits_out_outages`).
     waiting: bool,
     /// `--standby`: the wait is for the tick under way, as long as the server says it lasts.
     standby: bool,
@@ -343,7 +344,11 @@ impl<'a> Waiter<'a> {
                     debug!(rank, sleep = %Human(sleep), "waiting for the lock");
                     remaining.map_or(sleep, |r| sleep.min(r))
                 }
-                Err(e) if e.is_outage() && self.waiting && remaining != Some(Duration::ZERO) => {
+                Err(e)
+                    if e.is_outage()
+                        && self.waits_out_outages()
+                        && remaining != Some(Duration::ZERO) =>
+                {
                     warn!(error = %e, "Redis unavailable while waiting for the lock; retrying");
                     remaining.map_or(HEARTBEAT, |r| HEARTBEAT.min(r))
                 }
@@ -366,6 +371,15 @@ impl<'a> Waiter<'a> {
                 }
             }
         }
+    }
+
+    /// Whether an outage is retried until the wait ends: a wait was asked for, or a standby has
+    /// heard from the server that the tick it stands by for is under way. A standby that never
+    /// reached the server knows nothing of the tick, not even that another host took it, so it
+    /// reports the outage at once, as a run without `--standby` does: the tick's hold can be
+    /// a day long, and cron's mail would come that late.
+    fn waits_out_outages(&self) -> bool {
+        self.waiting && (!self.standby || self.looked)
     }
 
     /// With `--standby`, the wait lasts as long as the tick the server says it stands by for
@@ -815,6 +829,30 @@ mod tests {
         );
         assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
         assert!(!lock.calls.iter().any(|c| c == "start"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_waits_out_an_outage_only_once_the_server_said_the_tick_is_taken() {
+        // Never reached: nothing is known of the tick; 69 at once, as without --standby.
+        let mut lock = fake(vec![Answer::Fail(outage)]);
+        let ran = standby(&mut lock, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Unavailable);
+        assert_eq!(ran.took, Duration::ZERO);
+        assert!(
+            !lock.calls.iter().any(|c| c == "subscribe"),
+            "{:?}",
+            lock.calls
+        );
+        // Standing by for a tick under way: the outage is waited out, the tick taken over.
+        let mut lock = fake(vec![
+            Answer::StandBy(SECS(50)),
+            Answer::Fail(outage),
+            Answer::Fail(outage),
+            Answer::TookOver(9, 2),
+        ]);
+        let ran = standby(&mut lock, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(ran.record.attempt, Some(2));
     }
 
     #[tokio::test(start_paused = true)]

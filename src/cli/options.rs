@@ -92,7 +92,7 @@ pub struct Args {
     /// someone waits queues behind it (with --wait; else it is skipped), so a waiting exclusive
     /// run is never starved. A nested lockrun of KEY inside a shared run must use --shared too
     /// (no upgrade: exit 64). One Redis server (or Sentinel group, or Cluster); not with
-    /// --limit or --standby.
+    /// --limit or --every.
     #[arg(long, env = "LOCKRUN_SHARED", value_parser = parse_switch, hide_env_values = true,
           help_heading = LOCK, hide_short_help = true)]
     pub shared: bool,
@@ -103,9 +103,10 @@ pub struct Args {
     /// then kept for the tick, until 9/10 of the period (at least 1s less) after acquiring, so
     /// hosts that fire a few seconds apart skip it and the next tick finds it free; given back at
     /// once if the command could not be started (126/127). Recorded in the history and the
-    /// metrics file. Not with --wait.
+    /// metrics file. Not with --wait, --limit or --shared.
     ///
-    /// Alerts judge each job by its period. With a --wait other than 0, exit 64.
+    /// Alerts judge each job by its period. With a --wait other than 0, --limit or --shared
+    /// (each would let a tick run more than once), exit 64.
     #[arg(long, env = "LOCKRUN_EVERY", value_name = "DURATION", value_parser = parse_every,
           allow_hyphen_values = true, hide_env_values = true, help_heading = LOCK)]
     pub every: Option<Duration>,

@@ -119,7 +119,7 @@ impl RedisLock {
         };
         let request = ForceReleaseRequest {
             key,
-            history: history_args(&spec, operator, None, 1, Some(note)),
+            history: history_args(&spec, operator, None, None, Some(note)),
             publish: self.publish(),
         };
         let reply = self.eval(&request.call()).await?;

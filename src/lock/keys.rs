@@ -42,13 +42,16 @@ impl Keys {
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
 /// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never
-/// the token. `attempt`: a `--standby` run that took its tick over (2 or more) says which
-/// attempt at the tick it was.
+/// the token. `attempt`: the released lease's attempt at its tick (`None`: no lease, as for a
+/// skip or an operator's entry). With `--standby` both sides of a takeover say theirs: a run
+/// that took its tick over (attempt 2 or more), and one that handed its tick on (it did not
+/// complete it: killed, stopped, not startable), whose takeover follows; a first attempt that
+/// completed its tick, the healthy case, says nothing.
 pub(super) fn history_args(
     spec: &LockSpec,
     holder: &Holder,
     fence: Option<u64>,
-    attempt: u32,
+    attempt: Option<u32>,
     note: Option<&Note>,
 ) -> Vec<String> {
     let Some(note) = note.filter(|_| spec.history > 0) else {
@@ -76,7 +79,11 @@ pub(super) fn history_args(
     if let Some(every) = spec.every {
         args.extend(["every_ms".into(), every.as_millis().to_string()]);
     }
-    if attempt > 1 {
+    let taken_over_or_handed_on = |&a: &u32| a > 1 || !note.completes_tick;
+    if let Some(attempt) = attempt
+        .filter(|_| spec.tick.is_some())
+        .filter(taken_over_or_handed_on)
+    {
         args.extend(["attempt".into(), attempt.to_string()]);
     }
     if spec.shared {

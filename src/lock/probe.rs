@@ -87,18 +87,18 @@ impl RedisLock {
             tick: None,
         };
         let holder = Holder::new(std::ffi::OsStr::new("lockrun-doctor"));
-        self.evalsha = true;
-        let first = self.cycle(&spec, &holder).await.map(|()| self.evalsha);
+        self.by_sha_from_now(true);
+        let first = self.cycle(&spec, &holder).await.map(|()| self.all_by_sha());
         let second = match first {
             Err(_) => None,
             Ok(by_sha) => {
-                self.evalsha = !by_sha;
-                let second = self.cycle(&spec, &holder).await.map(|()| self.evalsha);
+                self.by_sha_from_now(!by_sha);
+                let second = self.cycle(&spec, &holder).await.map(|()| self.all_by_sha());
                 Some((!by_sha, second))
             }
         };
-        // A run starts afresh: leave the flag as one would find it.
-        self.evalsha = true;
+        // A run starts afresh: leave the flags as one would find them.
+        self.by_sha_from_now(true);
         let keys = Keys::of(key);
         let mut del = redis::cmd("DEL");
         del.arg(key).arg(&keys.fence);
@@ -113,6 +113,19 @@ impl RedisLock {
             cleanup,
             left: vec![key.to_string(), keys.fence],
         }
+    }
+
+    /// Scripts go by `EVALSHA` first from now on (`false`: by `EVAL` only), as for a new
+    /// process.
+    fn by_sha_from_now(&mut self, by_sha: bool) {
+        self.evalsha = by_sha;
+        self.reloaded = None;
+    }
+
+    /// Whether every script since [`Self::by_sha_from_now`] went by `EVALSHA` alone: none met
+    /// `NOSCRIPT`, and `EVALSHA` was not refused.
+    fn all_by_sha(&self) -> bool {
+        self.evalsha && self.reloaded.is_none()
     }
 
     /// One acquire and release of the probe key.

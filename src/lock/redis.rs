@@ -47,8 +47,12 @@ pub struct RedisLock {
     /// The server's own append-only file must have them on disk too (`--fsync`).
     fsync: bool,
     /// Scripts are sent by SHA-1 (`EVALSHA`) until the server refuses that command (`doctor`
-    /// sets and reads it to exercise both ways: see `probe.rs`).
+    /// sets and reads it, with `reloaded`, to exercise both ways: see `probe.rs`).
     pub(super) evalsha: bool,
+    /// After a NOSCRIPT (the server lost every script: new, restarted, failed over): the
+    /// scripts sent whole since, which the server has again (by SHA-1). `None`: no NOSCRIPT
+    /// met, every script goes by SHA-1 first. A dozen scripts at most: a list.
+    pub(super) reloaded: Option<Vec<&'static str>>,
     /// The last acquire was sent and its outcome is unknown (no reply, a reply none of the
     /// script's, or abandoned while it waited for one): [`LockService::give_back`] has
     /// something to do.
@@ -79,6 +83,7 @@ impl RedisLock {
             acks: 0,
             fsync: false,
             evalsha: true,
+            reloaded: None,
             unsettled: false,
         })
     }

@@ -41,9 +41,9 @@ pub async fn run(
 /// granted it) or "lost" (its copy expired; a run that ran or timed out is recorded so where
 /// its key was gone at release). A run's entries share its id; the one kept says what the run
 /// did: ran, then timeout/aborted/error/released, then lost, then skipped. A standby's takeover
-/// records the run it took over from as lost with its attempt at the tick, and that run's own
-/// host (thawed, healed) records it lost without one: the attempt is the run's, whichever entry
-/// carries it.
+/// records the run it took over from as lost with its attempt at the tick when that run never
+/// released, and that run's own host (thawed, healed) may record it too: the attempt is the
+/// run's, whichever entry carries it.
 fn merge(lists: Vec<Vec<Entry>>, count: usize) -> Vec<Entry> {
     let rank = |e: &Entry| match e.get("outcome") {
         Some("ran") => 0,
@@ -109,8 +109,8 @@ fn table(entries: &[Entry]) -> String {
             .get("duration_ms")
             .and_then(|d| d.parse().ok())
             .map_or("-".into(), |ms| rough(Duration::from_millis(ms)));
-        // With --standby, an attempt at a tick after its first: a takeover (or the attempt it
-        // took over from, recorded lost).
+        // With --standby, either side of a takeover: the attempt that did not complete its
+        // tick, and the one that took it over.
         let mut outcome = match e.get("attempt") {
             Some(_) => format!("{} (attempt {})", field("outcome"), field("attempt")),
             None => field("outcome"),

@@ -10,6 +10,7 @@ use crate::lock::inspect::Deleted;
 use crate::lock::redis::RedisLock;
 use crate::lock::{Holder, LockError, Note, Outcome};
 use serde_json::json;
+use std::collections::HashSet;
 use std::time::Duration;
 use tracing::info;
 
@@ -65,9 +66,12 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
     Ok(ExitCode::Command(0))
 }
 
-/// What the nodes deleted, together (several masters: each may have had a different holder).
+/// What the nodes deleted, together (several masters: each may have had a different holder),
+/// each holder once, in the order first answered. Linear in the holders: a semaphore or a
+/// shared lock can have 100,000 of them.
 fn merge(deleted: Vec<Option<Deleted>>) -> Option<Deleted> {
     let mut out: Option<Deleted> = None;
+    let mut seen: HashSet<String> = HashSet::new();
     for d in deleted.into_iter().flatten() {
         let o = out.get_or_insert_with(|| Deleted {
             kind: d.kind.clone(),
@@ -75,10 +79,37 @@ fn merge(deleted: Vec<Option<Deleted>>) -> Option<Deleted> {
         });
         o.fence = o.fence.max(d.fence);
         for h in d.holders {
-            if !o.holders.contains(&h) {
+            if seen.insert(h.clone()) {
                 o.holders.push(h);
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deleted(fence: u64, holders: &[&str]) -> Option<Deleted> {
+        Some(Deleted {
+            kind: "zset".into(),
+            fence: Some(fence),
+            holders: holders.iter().map(|h| h.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn merge_lists_each_holder_once_in_the_order_first_answered() {
+        let merged = merge(vec![
+            deleted(7, &["a", "b"]),
+            None,
+            deleted(9, &["b", "c", "a"]),
+        ])
+        .unwrap();
+        assert_eq!(merged.holders, ["a", "b", "c"]);
+        assert_eq!(merged.fence, Some(9));
+        assert_eq!(merged.kind, "zset");
+        assert!(merge(vec![None, None]).is_none());
+    }
 }

@@ -642,3 +642,39 @@ fn scripts_go_by_sha_once_the_server_has_them() {
     assert_eq!(calls(), (6, 4));
     assert!(!redis.exists("sha"));
 }
+
+/// A holder whose server forgets the scripts mid-run (SCRIPT FLUSH, as a restart or a failover
+/// to a replica does) sends each script whole once, which loads it there again, and then goes
+/// back to SHA-1: a long run's renewals do not carry the whole text for the rest of its life.
+#[test]
+fn a_holder_goes_back_to_sha_once_a_forgotten_script_is_loaded_again() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let calls = || (redis.calls("evalsha"), redis.calls("eval"));
+    // TTL 600 ms: a renewal every 200 ms.
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["-t", "600ms", "renewed", "--", "sleep", "3"]);
+    let mut holder = cmd.background(dir.path(), "holder");
+    holder.until("the lock taken", || redis.exists("renewed"));
+    // A few renewals first (the first of them met NOSCRIPT on this new server, and loaded
+    // the renewal script there).
+    thread::sleep(Duration::from_millis(700));
+    let _: () = redis.cmd(&["SCRIPT", "FLUSH"]);
+    let (sha, eval) = calls();
+    let (code, _, err) = holder.finish();
+    assert_eq!(code, Some(0), "{err}");
+    let (sha_after, eval_after) = calls();
+    // The next renewal: EVALSHA answered NOSCRIPT, then EVAL; the release (forgotten too):
+    // EVAL; every later renewal by SHA-1 again.
+    assert_eq!(
+        eval_after - eval,
+        2,
+        "sent whole: the renewal that met NOSCRIPT and the release, nothing more"
+    );
+    assert!(
+        sha_after - sha >= 5,
+        "the renewals after it go by SHA-1: {} EVALSHA",
+        sha_after - sha
+    );
+    assert!(!redis.exists("renewed"));
+}

@@ -958,8 +958,8 @@ fn check(setup: &Setup, sched: &Schedule, seen: Observed, monitor: &[Seen], net:
             )),
         }
         if let (Some(f), HostDied | LockrunKilled | Frozen | CutOff) = (f, kind) {
-            // A thawed (or healed) host records its own loss too, without an attempt; `history`
-            // merges the two entries and keeps the takeover's attempt.
+            // A thawed (or healed) host records its own loss too; `history` merges the two
+            // entries, each with the attempt.
             let lost = entries
                 .iter()
                 .any(|e| e.outcome == "lost" && e.attempt == Some(1) && e.host == f.host);

@@ -249,3 +249,65 @@ fn a_waiter_told_the_lease_ends_now_does_not_spin() {
         fake.asked()
     );
 }
+
+/// The grant's reply with its `item`th item (0-based: 1 the fence, 3 a tick's attempt) said as
+/// `value`: a reply no script of lockrun's gives.
+fn with_item(real: &[u8], item: usize, value: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(real);
+    let mut lines: Vec<String> = text.split("\r\n").map(String::from).collect();
+    assert!(
+        lines[0].starts_with('*') && lines[1] == ":1",
+        "not a grant: {text:?}"
+    );
+    lines[item + 1] = format!(":{value}");
+    lines.join("\r\n").into_bytes()
+}
+
+/// A grant whose fence is negative (or 0, or a tick's attempt out of range) is refused as any
+/// other malformed reply: read as unsigned it would wrap to near 2^64 and reach the job as
+/// `LOCKRUN_FENCE`, after which a fenced resource would refuse every honest holder. The job
+/// never runs and what the server granted is given back at once, in every mode.
+#[test]
+fn a_grant_with_a_negative_fence_is_refused_and_given_back() {
+    let redis = Server::start_tcp();
+    let cases: [(&str, &[&str], usize, &str, &str); 6] = [
+        ("plain", &[], 1, "-5", "neg-plain"),
+        ("zero", &[], 1, "0", "neg-zero"),
+        ("shared", &["--shared"], 1, "-5", "neg-shared"),
+        ("semaphore", &["--limit", "2"], 1, "-1", "neg-sem"),
+        ("tick", &["--every", "1m", "--standby"], 1, "-5", "neg-tick"),
+        (
+            "attempt",
+            &["--every", "1m", "--standby"],
+            3,
+            "-1",
+            "neg-attempt",
+        ),
+    ];
+    for (name, args, item, value, key) in cases {
+        let value = value.to_string();
+        let tamper = Tamper::start(upstream(&redis), move |n, real| match n {
+            0 => Rewrite::Send(with_item(real, item, &value)),
+            _ => Rewrite::Pass,
+        });
+        let mut cmd = Lockrun::bare().url(tamper.url());
+        cmd.args(["-t", "30s"]).args(args).args([
+            key,
+            "--",
+            "sh",
+            "-c",
+            "echo \"ran $LOCKRUN_FENCE\"",
+        ]);
+        let out = run(cmd);
+        not_usable(&out, &["not a usable Redis"]);
+        assert!(
+            redis.exists(&format!("lockrun:fence:{{{key}}}")),
+            "{name}: the server ran the acquire"
+        );
+        assert!(!redis.exists(key), "{name}: the key is given back");
+        assert!(
+            !redis.exists(&format!("lockrun:shared:{{{key}}}")),
+            "{name}: the shared hold is given back"
+        );
+    }
+}

@@ -340,6 +340,39 @@ fn release_needs_force_and_the_running_holder_then_exits_76() {
     assert_eq!(outcomes(&entries), ["lost", "released"], "{entries:?}");
 }
 
+/// `release --force` of a key with the most holders a key can have (`--limit`'s maximum, or
+/// as many shared holders) lists each once and finishes: the holders the servers answer are
+/// merged in linear time. Bounded by `run`'s patience (30 s); merging them pairwise took
+/// minutes in a debug build.
+#[test]
+fn release_force_deletes_a_hundred_thousand_holders() {
+    const HOLDERS: usize = 100_000;
+    let redis = Server::start();
+    let time: Vec<String> = redis.cmd(&["TIME"]);
+    let expiry = (time[0].parse::<u64>().unwrap() * 1000 + 600_000).to_string();
+    // Shared holders as lockrun writes them: holder values scored by their lease's expiry (ms).
+    let members: Vec<String> = (0..HOLDERS)
+        .map(|i| format!("{i:040x} host=h{i} pid={i} started=2024-01-02T03:04:05Z program=x"))
+        .collect();
+    let mut conn = redis.conn();
+    for chunk in members.chunks(10_000) {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg("lockrun:shared:{crowd}");
+        for m in chunk {
+            zadd.arg(&expiry).arg(m);
+        }
+        let _: () = zadd.query(&mut conn).unwrap();
+    }
+    let out = verb(&redis, "release", &["crowd", "--force", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let doc = json_of(&out);
+    assert_eq!(doc["mode"], "shared", "{}", doc["mode"]);
+    let holders = doc["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), HOLDERS);
+    assert_eq!(holders[HOLDERS - 1]["host"], format!("h{}", HOLDERS - 1));
+    assert!(!redis.exists("lockrun:shared:{crowd}"));
+}
+
 #[test]
 fn history_records_runs_skips_losses_and_aborts_newest_first() {
     let redis = Server::start();

@@ -121,6 +121,16 @@ fn every_refuses_a_wait_and_a_hold_that_reaches_the_next_tick() {
     let redis = Server::start();
     for (args, says) in [
         (&["--every", "1m", "--wait", "10s"][..], "--wait"),
+        // Both would let several hosts run one tick: N with --limit N, every host with
+        // --shared (and keep the key from exclusive runs for the tick).
+        (
+            &["--every", "1m", "--limit", "2"][..],
+            "--every cannot be used with --limit",
+        ),
+        (
+            &["--every", "1m", "--shared"][..],
+            "--shared cannot be used with --every",
+        ),
         (
             &["--every", "1m", "--min-hold", "1m"][..],
             "shorter than --every",
@@ -137,7 +147,9 @@ fn every_refuses_a_wait_and_a_hold_that_reaches_the_next_tick() {
             stderr_of(&out)
         );
         assert_eq!(stdout_of(&out), "", "{args:?}: never ran");
+        assert_eq!(stderr_of(&out).lines().count(), 1, "{args:?}: one line");
         assert!(!redis.exists("refused"));
+        assert!(!redis.exists("lockrun:shared:{refused}"));
     }
     // From the environment too, the variable named.
     let mut cmd = Lockrun::on(&redis);

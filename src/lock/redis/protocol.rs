@@ -201,7 +201,7 @@ impl LockService for RedisLock {
             key: &spec.key,
             id: &holder.id,
             limit: spec.limit,
-            history: history_args(spec, holder, None, 1, note),
+            history: history_args(spec, holder, None, None, note),
             publish: self.publish(),
         };
         // Its reply changes nothing for the waiter that leaves (see `LeaveReply`): a queue
@@ -295,7 +295,7 @@ impl RedisLock {
             keep: keep_for,
             semaphore: spec.limit.is_some(),
             shared: spec.shared,
-            history: history_args(spec, &lease.holder, fence, lease.attempt, note),
+            history: history_args(spec, &lease.holder, fence, Some(lease.attempt), note),
             publish: self.publish(),
             tick: spec.tick.map(|_| note.is_some_and(|n| n.completes_tick)),
         };

@@ -243,30 +243,29 @@ impl RedisLock {
         watched: bool,
     ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
         // EVALSHA first: the server hashes and parses nothing but the arguments, and a few KB
-        // less travel per request. A server that does not have the script yet (fresh, restarted,
-        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; one
-        // that refuses EVALSHA itself (an ACL line that grants EVAL alone) gets EVAL from
-        // then on. Either way the script runs once: NOSCRIPT means it did not run.
+        // less travel per request. A server that does not have the script (fresh, restarted,
+        // failed over) answers NOSCRIPT and gets it by EVAL, which also caches it there; it has
+        // lost the other scripts too, so each is sent whole the first time after that (one
+        // round trip, which caches it), then by SHA-1 again: a run pays one extra round trip
+        // per NOSCRIPT at most, and a retry under faults never pays two. A server that refuses
+        // EVALSHA itself (an ACL line that grants EVAL alone) gets EVAL from then on. Either way
+        // the script runs once: NOSCRIPT means it did not run.
         // Not when a WAIT rides behind the script: after a NOSCRIPT, that WAIT would have
         // blocked for nothing, and the retry would block again (with --acks the WAIT costs
         // far more than the script anyway).
         let by_sha = self.evalsha && !(ack && self.acking());
-        let text = call.script.text();
-        if !by_sha {
-            return self
-                .send(conn, call.command("EVAL", text), ack, watched)
-                .await;
+        let (text, sha) = (call.script.text(), call.script.sha());
+        let lost = self.reloaded.as_ref().is_some_and(|r| !r.contains(&sha));
+        if !by_sha || lost {
+            return self.send_whole(conn, call, ack, watched).await;
         }
-        let by_sha = call.command("EVALSHA", call.script.sha());
-        match self.send(conn, by_sha, ack, watched).await? {
-            // A server without one script (new, restarted, failed over) has none of them:
-            // the rest of this process sends them whole (each EVAL caches one there, for
-            // the next lockrun), so a run pays one extra round trip at most, and a retry
-            // under faults never pays two.
+        match self
+            .send(conn, call.command("EVALSHA", sha), ack, watched)
+            .await?
+        {
             Err(e) if e.code() == Some("NOSCRIPT") => {
-                self.evalsha = false;
-                self.send(conn, call.command("EVAL", text), ack, watched)
-                    .await
+                self.reloaded = Some(Vec::new());
+                self.send_whole(conn, call, ack, watched).await
             }
             // Refused by an ACL, or not there at all (rename-command): EVAL may still be.
             Err(e) if redis_errors::evalsha_refused(&e) => {
@@ -277,6 +276,34 @@ impl RedisLock {
             }
             other => Ok(other),
         }
+    }
+
+    /// `call` on `conn` by `EVAL`, its script's whole text. Once the server has answered, it has
+    /// the script cached (also when the script itself failed), so after a NOSCRIPT the script
+    /// goes by SHA-1 again.
+    async fn send_whole<C: ConnectionLike + Send>(
+        &mut self,
+        conn: &mut C,
+        call: &Call,
+        ack: bool,
+        watched: bool,
+    ) -> Result<redis::RedisResult<(Value, Acked)>, Primary> {
+        let sent = self
+            .send(conn, call.command("EVAL", call.script.text()), ack, watched)
+            .await;
+        // An error reply is the server's answer too (a script that failed at run time was
+        // cached before it ran); a connection's failure is not.
+        let answered = match &sent {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => e.code().is_some(),
+            Err(_) => false,
+        };
+        if let (true, Some(reloaded)) = (answered, self.reloaded.as_mut()) {
+            if !reloaded.contains(&call.script.sha()) {
+                reloaded.push(call.script.sha());
+            }
+        }
+        sent
     }
 
     /// One `EVAL`/`EVALSHA` (`cmd`), with `WAIT`/`WAITAOF` pipelined behind it when `ack`
@@ -410,12 +437,14 @@ mod tests {
     }
 
     #[test]
-    fn by_sha1_first_and_the_whole_text_after_a_noscript_for_good() {
+    fn by_sha1_first_and_after_a_noscript_each_script_whole_once_then_by_sha1_again() {
         let mut lock = new_lock();
         let mut conn = MockConnection::answering([
             error_reply("NOSCRIPT No matching script"),
             Value::Int(5),
             Value::Int(0),
+            Value::Int(1),
+            Value::Int(1),
         ]);
         let (reply, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!((reply, acked), (Value::Int(5), Ok(())));
@@ -426,12 +455,26 @@ mod tests {
             conn.sent[1][2..],
             "the same KEYS and ARGV"
         );
-        assert!(!lock.evalsha);
-        // The rest of the process sends the text at once: one extra round trip at most.
+        assert!(lock.evalsha);
+        // The server has it again: by SHA-1 from then on.
         let (_, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!(acked, Ok(()));
         assert_eq!(conn.sent.len(), 3);
-        assert_eq!(conn.sent[2][0], "EVAL");
+        assert_eq!(conn.sent[2][..2], ["EVALSHA", RENEW.sha()]);
+        // The server lost the others too: another script goes whole once (no NOSCRIPT round
+        // trip), then by SHA-1.
+        let release = Call {
+            script: &crate::lock::scripts::RELEASE,
+            ..call()
+        };
+        for _ in 0..2 {
+            let sent = run(lock.send_script(&mut conn, &release, false, false));
+            let (_, acked) = sent.expect("not watched").unwrap();
+            assert_eq!(acked, Ok(()));
+        }
+        assert_eq!(conn.sent.len(), 5);
+        assert_eq!(conn.sent[3][0], "EVAL");
+        assert_eq!(conn.sent[4][0], "EVALSHA");
     }
 
     #[test]

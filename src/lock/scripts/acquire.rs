@@ -128,11 +128,23 @@ impl AcquireReply {
             return Err(reply);
         };
         Ok(match (items.first(), items.get(1)) {
-            (Some(Value::Int(1)), Some(Value::Int(fence))) => AcquireReply::Acquired {
-                fence: *fence as u64,
-                server_us: as_int(items.get(2)),
-                attempt: as_int(items.get(3)).and_then(|a| u32::try_from(a).ok()),
-            },
+            // Fences are at least the server's clock in µs, attempts count from 1: anything
+            // else (a negative fence would wrap to near 2^64 as u64, and reach the job as
+            // LOCKRUN_FENCE) is no script's reply.
+            (Some(Value::Int(1)), Some(&Value::Int(fence))) if fence > 0 => {
+                let attempt = match as_int(items.get(3)) {
+                    None => None,
+                    Some(a) => match u32::try_from(a) {
+                        Ok(a) if a > 0 => Some(a),
+                        _ => return Err(Value::Array(items)),
+                    },
+                };
+                AcquireReply::Acquired {
+                    fence: fence as u64,
+                    server_us: as_int(items.get(2)),
+                    attempt,
+                }
+            }
             (Some(Value::Int(0)), Some(Value::Int(pttl))) => AcquireReply::Held {
                 pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 holder: items.get(2).and_then(as_string),
@@ -508,6 +520,19 @@ mod tests {
             vec![Value::Int(3), Value::Int(1)],
             vec![bulk("1"), Value::Int(1)],
             vec![Value::Nil, Value::Nil],
+            // A grant's numbers out of range: no fence below 1 (unsigned, -5 would wrap to
+            // near 2^64), no attempt below 1 or beyond u32.
+            vec![Value::Int(1), Value::Int(-5), Value::Int(7)],
+            vec![Value::Int(1), Value::Int(0), Value::Int(7)],
+            vec![Value::Int(1), Value::Int(i64::MIN)],
+            vec![Value::Int(1), Value::Int(42), Value::Int(7), Value::Int(-1)],
+            vec![Value::Int(1), Value::Int(42), Value::Int(7), Value::Int(0)],
+            vec![
+                Value::Int(1),
+                Value::Int(42),
+                Value::Int(7),
+                Value::Int(1 << 32),
+            ],
         ];
         for items in odd {
             let reply = array(items);
