@@ -59,9 +59,11 @@ pub async fn run(
         reap_all: subreaper
             || std::process::id() == 1
             || nix::sys::prctl::get_child_subreaper().unwrap_or(false),
+        mask: signals.original_mask(),
+    };
+    let policy = supervisor::Policy {
         kill_after,
         time_limit,
-        mask: signals.original_mask(),
     };
 
     if let Some((token, fence)) = reentrant_token(&spec.key) {
@@ -73,6 +75,7 @@ pub async fn run(
                     fence,
                     command: &command,
                     opts: &opts,
+                    policy,
                     pinger,
                 };
                 return nested.run(signals, record).await;
@@ -94,6 +97,7 @@ pub async fn run(
         holder: &holder,
         command: &command,
         opts: &opts,
+        policy,
         hold,
         terminate,
         clamped_grace: Cell::new((grace < kill_after && terminate).then_some(grace)),
@@ -115,6 +119,7 @@ struct Nested<'a> {
     fence: String,
     command: &'a [OsString],
     opts: &'a supervisor::Options,
+    policy: supervisor::Policy,
     pinger: Option<&'a Pinger>,
 }
 
@@ -142,7 +147,8 @@ impl Nested<'_> {
             }
         };
         type Unguarded = std::future::Pending<Lost>;
-        let job = supervisor::supervise(job, signals, None::<Guard<'_, Unguarded>>).await;
+        let job =
+            supervisor::supervise(job, self.policy, signals, None::<Guard<'_, Unguarded>>).await;
         decide(Course::Ran {
             job,
             stop_received: signals.stop_received().is_some(),
@@ -157,6 +163,7 @@ struct HeldJob<'a> {
     holder: &'a Holder,
     command: &'a [OsString],
     opts: &'a supervisor::Options,
+    policy: supervisor::Policy,
     /// `--every` / `--min-hold`: how long the key stays after the acquire.
     hold: Duration,
     /// `--on-lost terminate`.
@@ -178,7 +185,7 @@ impl HeldJob<'_> {
         record: &mut RunRecord,
     ) -> Turn {
         let spec = self.spec;
-        let kill_after = self.opts.kill_after;
+        let kill_after = self.policy.kill_after;
         if let Some(grace) = self.clamped_grace.take() {
             info!(kill_after = %Human(kill_after), ttl = %Human(spec.ttl), grace = %Human(grace),
                   "--kill-after is longer than this TTL allows: if the lock is lost, the job gets SIGTERM only this grace before its lease can expire");
@@ -219,7 +226,7 @@ impl HeldJob<'_> {
             deadline: &deadline,
             terminate: self.terminate,
         };
-        let job = supervisor::supervise(job, signals, Some(guard)).await;
+        let job = supervisor::supervise(job, self.policy, signals, Some(guard)).await;
         record.renewals = stats.renewals.get();
         record.renewal_failures = stats.failures.get();
         Turn::Done {

@@ -92,6 +92,25 @@ extern "C" fn on_signal(signo: libc::c_int, info: *mut libc::siginfo_t, _: *mut 
     }
 }
 
+/// The signals lockrun receives, as the waiting loop and the supervisor read them. [`Signals`]
+/// is the real source; the tests of both drive them with fakes.
+pub trait Incoming {
+    /// Waits for the next signal, SIGCHLD among them.
+    fn recv(&mut self) -> impl std::future::Future<Output = Received>;
+    /// Takes everything received so far; the first stop signal among it, if any.
+    fn take_stop(&mut self) -> Option<i32>;
+}
+
+impl Incoming for Signals {
+    fn recv(&mut self) -> impl std::future::Future<Output = Received> {
+        Signals::recv(self)
+    }
+
+    fn take_stop(&mut self) -> Option<i32> {
+        Signals::take_stop(self)
+    }
+}
+
 /// Signals received, in order, read from the self-pipe. (Hand-written rather than signal-hook:
 /// its registry copies its whole table on each registration, and lockrun catches nearly every
 /// signal, so that copying dominated start-up; docs/benchmarks.md, "Decisions".)

@@ -258,7 +258,8 @@ unsafe fn prepare(setup: &Setup, parent: libc::pid_t) -> Result<(), c_int> {
         // Make the job the terminal's foreground group *before* exec, so its first read cannot
         // race us and be stopped with SIGTTIN. Ctrl-C then reaches the job directly (and only
         // once: lockrun is no longer in the foreground). SIGTTOU, which tcsetpgrp from a
-        // background group raises, is blocked (everything is, here). Best effort, as before.
+        // background group raises, is blocked (everything is, here). Best effort: a job left
+        // in the background still runs, and is stopped only if it reads from the terminal.
         libc::tcsetpgrp(fd, libc::getpid());
     }
     Ok(())

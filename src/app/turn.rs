@@ -1,6 +1,6 @@
 //! The lock's part of a run: take the lock (the waiting loop: queue, sleep, give up, leave),
 //! hand the lease to the job, release once. Generic over the lock ([`LockService`]) and the
-//! source of stop signals ([`Stops`]), so that every path is tested against fakes.
+//! signals lockrun receives ([`Incoming`]), so that every path is tested against fakes.
 
 use crate::duration::{Human, Wait};
 use crate::ending::{decide, Course, Ending};
@@ -9,37 +9,22 @@ use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release,
 };
 use crate::metrics::RunRecord;
-use crate::signals::{self, Signals};
+use crate::signals::{self, Incoming};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-/// Where stop signals come from while lockrun takes the lock: the real handlers ([`Signals`]),
-/// or a fake in tests.
-#[allow(async_fn_in_trait)] // Static dispatch only; futures never cross threads.
-pub trait Stops {
-    /// Takes everything received so far; the first stop signal among it, if any.
-    fn take_stop(&mut self) -> Option<i32>;
-    /// Waits for the next signal: `Some(signo)` for a stop signal (SIGTERM, SIGINT, SIGHUP,
-    /// SIGQUIT), `None` for any other (they mean nothing before the command starts).
-    async fn next_stop(&mut self) -> Option<i32>;
-}
-
-impl Stops for Signals {
-    fn take_stop(&mut self) -> Option<i32> {
-        Signals::take_stop(self)
-    }
-
-    async fn next_stop(&mut self) -> Option<i32> {
-        let r = self.recv().await;
-        signals::STOP_SIGNALS.contains(&r.signo).then_some(r.signo)
-    }
+/// Waits for the next signal: `Some(signo)` for a stop signal (SIGTERM, SIGINT, SIGHUP,
+/// SIGQUIT), `None` for any other (they mean nothing before the command starts).
+async fn next_stop<S: Incoming>(signals: &mut S) -> Option<i32> {
+    let r = signals.recv().await;
+    signals::STOP_SIGNALS.contains(&r.signo).then_some(r.signo)
 }
 
 /// The next stop signal; the others are passed over.
-async fn wait_for_stop<S: Stops>(stops: &mut S) -> i32 {
+async fn wait_for_stop<S: Incoming>(signals: &mut S) -> i32 {
     loop {
-        if let Some(sig) = stops.next_stop().await {
+        if let Some(sig) = next_stop(signals).await {
             return sig;
         }
     }
@@ -66,7 +51,7 @@ pub(super) async fn take_turns<L, S, F>(
 ) -> Ending
 where
     L: LockService,
-    S: Stops,
+    S: Incoming,
     F: AsyncFnMut(&mut L, &mut S, &Lease, &mut RunRecord) -> Turn,
 {
     let spec = waiter.spec;
@@ -90,7 +75,7 @@ where
             warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
         }
-        // `mode` only in shared mode: an exclusive run's line is as it always is.
+        // `mode` only in shared mode: an exclusive run's line stays the one scripts grep for.
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence,
               mode = spec.shared.then_some(tracing::field::display("shared")),
               "redis lock acquired, starting job");
@@ -234,7 +219,7 @@ impl<'a> Waiter<'a> {
     /// Tries once; while waiting, queues and sleeps until a hint says it is our turn, the
     /// holder's lease ends (if we are next), the ticket needs renewing, or the wait ends; then
     /// tries again.
-    async fn acquire<L: LockService, S: Stops>(
+    async fn acquire<L: LockService, S: Incoming>(
         &mut self,
         lock: &mut L,
         stops: &mut S,
@@ -326,12 +311,13 @@ impl<'a> Waiter<'a> {
                               "redis lock already acquired");
                         return Err(Failed::Conflict(skipped, holder_started));
                     }
-                    if std::mem::replace(&mut self.announced, true) {
-                    } else if self.standby {
+                    // Said once per run, at the first look that finds the lock held.
+                    let first_look = !std::mem::replace(&mut self.announced, true);
+                    if first_look && self.standby {
                         let left = remaining.map(|d| Human(d).to_string());
                         info!(key = %spec.key, holder = other, tick_left = left.as_deref().unwrap_or("none"),
                               "redis lock already acquired; standing by for the rest of this tick");
-                    } else {
+                    } else if first_look {
                         info!(key = %spec.key, holder = other, "redis lock already acquired; waiting");
                     }
                     if self.standby && !std::mem::replace(&mut self.looked, true) {
@@ -364,7 +350,7 @@ impl<'a> Waiter<'a> {
             tokio::select! {
                 () = lock.wait_for_turn(holder, sleep) => {}
                 // Any other signal ends the sleep early: the loop looks again at once.
-                sig = stops.next_stop() => {
+                sig = next_stop(stops) => {
                     if let Some(sig) = sig {
                         return Err(self.stopped(lock, sig).await);
                     }
@@ -693,18 +679,22 @@ mod tests {
         }
     }
 
-    impl Stops for FakeStops {
+    impl Incoming for FakeStops {
         fn take_stop(&mut self) -> Option<i32> {
             match self.at {
                 Some((t, _)) if Instant::now() >= t => self.deliver(),
                 _ => None,
             }
         }
-        async fn next_stop(&mut self) -> Option<i32> {
+        async fn recv(&mut self) -> signals::Received {
             match self.at {
                 Some((t, _)) if !self.quiet => {
                     tokio::time::sleep_until(t).await;
-                    self.deliver()
+                    let signo = self.deliver().expect("scripted");
+                    signals::Received {
+                        signo,
+                        from_kernel: false,
+                    }
                 }
                 _ => std::future::pending().await,
             }

@@ -108,8 +108,6 @@ pub struct Job {
     /// The terminal we handed to the job's group (and must take back).
     tty: Option<RawFd>,
     status: Option<ExitCode>,
-    kill_after: Duration,
-    time_limit: Option<Duration>,
     /// A stop of the command without a terminal was said (once).
     stop_said: bool,
     /// As PID 1 or a subreaper: lockrun still had children at its last reaping, the kernel's
@@ -235,8 +233,6 @@ impl Job {
             reap_all: opts.reap_all,
             tty,
             status: None,
-            kill_after: opts.kill_after,
-            time_limit: opts.time_limit,
             stop_said: false,
             children: true,
             proc_ours: std::cell::OnceCell::new(),
@@ -339,13 +335,6 @@ impl Processes for Job {
 
     fn group(&self) -> bool {
         self.group
-    }
-
-    fn kill_after(&self) -> Duration {
-        self.kill_after
-    }
-    fn time_limit(&self) -> Option<Duration> {
-        self.time_limit
     }
 
     /// Collects exit statuses without blocking. Reaps only the command, or, as PID 1 /

@@ -9,8 +9,8 @@
 //! The supervision ([`supervise`], `Supervision`) is written against two seams: the job's
 //! processes ([`Processes`]: reap, ask whether any lives, signal) and the signals lockrun
 //! receives ([`Incoming`]). The real ones are [`Job`] (`job.rs`, every syscall on the job, and
-//! `procfs.rs`) and [`Signals`]; the unit tests drive the same code with a fake job on paused
-//! time.
+//! `procfs.rs`) and [`crate::signals::Signals`]; the unit tests drive the same code with a fake
+//! job on paused time. How a job is stopped ([`Policy`]) is the run's, given to [`supervise`].
 
 mod job;
 mod procfs;
@@ -20,7 +20,7 @@ pub use job::{become_subreaper, Job, SpawnError};
 use crate::duration::Human;
 use crate::ending::{JobEnd, Stopped};
 use crate::exit_codes::ExitCode;
-use crate::signals::{self, Received, Signals};
+use crate::signals::{self, Incoming, Received};
 use crate::watchdog::{Deadline, Lost};
 use std::future::Future;
 use std::time::Duration;
@@ -31,17 +31,24 @@ use tracing::{debug, error, info, warn};
 /// so no SIGCHLD tells us.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
+/// How the command is started and its processes reaped.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Run the command in its own process group and signal the whole group.
     pub group: bool,
     /// Reap every child we get, adopted orphans included (PID 1 or --subreaper).
     pub reap_all: bool,
+    /// The signal mask lockrun was started with, given back to the command.
+    pub mask: libc::sigset_t,
+}
+
+/// How the supervisor stops a job.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// `--kill-after`: from SIGTERM to SIGKILL.
     pub kill_after: Duration,
     /// `--time-limit`: how long the command may run, from its start.
     pub time_limit: Option<Duration>,
-    /// The signal mask lockrun was started with, given back to the command.
-    pub mask: libc::sigset_t,
 }
 
 /// Whom a signal to the job is for.
@@ -64,11 +71,6 @@ pub trait Processes {
     /// The command runs in a process group of its own: a signal to [`To::Job`] reaches all of
     /// it.
     fn group(&self) -> bool;
-    /// `--kill-after`: from SIGTERM to SIGKILL.
-    fn kill_after(&self) -> Duration;
-    /// `--time-limit`: how long the command may run, from its start (about now: the
-    /// supervision begins as soon as it is started).
-    fn time_limit(&self) -> Option<Duration>;
     /// Collects exit statuses without blocking.
     fn reap(&mut self);
     /// The command's exit status, once collected.
@@ -82,18 +84,6 @@ pub trait Processes {
     fn signal(&self, to: To, sig: i32);
     /// Gives the terminal the job was handed back to lockrun's group.
     fn take_terminal_back(&mut self);
-}
-
-/// The signals lockrun receives, SIGCHLD among them. [`Signals`] is the real source.
-pub trait Incoming {
-    /// Waits for the next signal.
-    fn recv(&mut self) -> impl Future<Output = Received>;
-}
-
-impl Incoming for Signals {
-    fn recv(&mut self) -> impl Future<Output = Received> {
-        Signals::recv(self)
-    }
 }
 
 /// What the supervisor needs from the lock while the job runs: the watchdog (a future that
@@ -234,10 +224,11 @@ struct Supervision<'d, P> {
 }
 
 impl<'d, P: Processes> Supervision<'d, P> {
-    fn new(job: P, deadline: Option<&'d Deadline>, terminate: bool) -> Self {
+    fn new(job: P, policy: Policy, deadline: Option<&'d Deadline>, terminate: bool) -> Self {
         Supervision {
-            kill_after: job.kill_after(),
-            limit: job.time_limit().map(|l| (l, Instant::now() + l)),
+            kill_after: policy.kill_after,
+            // The supervision begins as soon as the command is started: its start is now.
+            limit: policy.time_limit.map(|l| (l, Instant::now() + l)),
             job,
             state: JobState::default(),
             deadline,
@@ -492,6 +483,7 @@ impl<'d, P: Processes> Supervision<'d, P> {
 /// and the platform's own SIGKILL took lockrun with the lock held, no history and no metrics.
 pub async fn supervise<P: Processes, S: Incoming, F: Future<Output = Lost>>(
     job: P,
+    policy: Policy,
     signals: &mut S,
     guard: Option<Guard<'_, F>>,
 ) -> JobEnd {
@@ -500,7 +492,7 @@ pub async fn supervise<P: Processes, S: Incoming, F: Future<Output = Lost>>(
         None => (None, None, false),
     };
     let mut lost = std::pin::pin!(lost);
-    let mut sup = Supervision::new(job, deadline, terminate);
+    let mut sup = Supervision::new(job, policy, deadline, terminate);
     loop {
         if sup.gone() {
             break;

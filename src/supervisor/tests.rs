@@ -255,12 +255,6 @@ impl Processes for TestJob {
     fn group(&self) -> bool {
         self.0.borrow().group
     }
-    fn kill_after(&self) -> Duration {
-        KILL_AFTER
-    }
-    fn time_limit(&self) -> Option<Duration> {
-        self.0.borrow().time_limit
-    }
     fn reap(&mut self) {
         let mut w = self.0.borrow_mut();
         let command = &w.procs[0];
@@ -311,6 +305,11 @@ impl Processes for TestJob {
 }
 
 impl Incoming for TestSignals {
+    // The supervisor reads every signal as it comes.
+    fn take_stop(&mut self) -> Option<i32> {
+        None
+    }
+
     async fn recv(&mut self) -> Received {
         let next = self.0.borrow().next_incoming();
         let Some((at, which)) = next else {
@@ -362,6 +361,14 @@ fn deadline() -> Deadline {
     Deadline::new(&lease, SECS(30), Duration::ZERO, KILL_AFTER)
 }
 
+/// `--kill-after` [`KILL_AFTER`], and the world's time limit.
+fn policy(world: &World) -> Policy {
+    Policy {
+        kill_after: KILL_AFTER,
+        time_limit: world.time_limit,
+    }
+}
+
 async fn supervise_fake(world: World, lock: Option<Lock<'_>>) -> Ran {
     let start = world.start;
     let world = Rc::new(RefCell::new(world));
@@ -379,7 +386,8 @@ async fn supervise_fake(world: World, lock: Option<Lock<'_>>) -> Ran {
         terminate: l.terminate,
     });
     let mut signals = TestSignals(world.clone());
-    let end = supervise(TestJob(world.clone()), &mut signals, guard).await;
+    let policy = policy(&world.borrow());
+    let end = supervise(TestJob(world.clone()), policy, &mut signals, guard).await;
     Ran {
         end,
         took: start.elapsed(),
@@ -618,7 +626,8 @@ async fn a_member_that_never_dies_is_looked_at_every_poll_and_killed_once() {
     let mut signals = TestSignals(world.clone());
     let job = TestJob(world.clone());
     let guard = None::<Guard<'_, std::future::Pending<Lost>>>;
-    let gone = tokio::time::timeout(SECS(61), supervise(job, &mut signals, guard)).await;
+    let policy = policy(&world.borrow());
+    let gone = tokio::time::timeout(SECS(61), supervise(job, policy, &mut signals, guard)).await;
     assert!(
         gone.is_err(),
         "the job never ends, nor does its supervision"
@@ -645,7 +654,8 @@ async fn an_adopted_process_that_never_dies_is_waited_for_without_looking() {
     let mut signals = TestSignals(world.clone());
     let job = TestJob(world.clone());
     let guard = None::<Guard<'_, std::future::Pending<Lost>>>;
-    let gone = tokio::time::timeout(SECS(61), supervise(job, &mut signals, guard)).await;
+    let policy = policy(&world.borrow());
+    let gone = tokio::time::timeout(SECS(61), supervise(job, policy, &mut signals, guard)).await;
     assert!(gone.is_err());
     let w = world.borrow();
     assert_eq!(w.sent.len(), 2, "{:?}", w.sent);
