@@ -15,7 +15,10 @@ mod said;
 pub mod verbs;
 
 pub use help::{COMMAND_ENV, ENV_ONLY, ENV_RULES, EXAMPLE};
-pub use options::{Args, Connection, Logs, OnLost, DEFAULT_HISTORY, MAX_HISTORY, MAX_TTL, MIN_TTL};
+pub use options::{
+    Args, Connection, Logs, OnLost, DEFAULT_HISTORY, MAX_HISTORY, MAX_TTL, MIN_TTL,
+    WITHHELD_FROM_JOB,
+};
 
 use crate::exit_codes::ExitCode;
 use clap::CommandFactory;

@@ -28,6 +28,34 @@ pub struct Request {
     pub probed: String,
 }
 
+impl Request {
+    /// The run id (the query's `rid`), if it has one.
+    pub fn rid(&self) -> Option<&str> {
+        let (_, query) = self.path.split_once('?')?;
+        query.split('&').find_map(|p| p.strip_prefix("rid="))
+    }
+
+    /// The path and query without the run id, which is random per run: what tests compare.
+    pub fn without_rid(&self) -> String {
+        without_rid(&self.path)
+    }
+}
+
+/// `path` (a path and query) without the query's `rid` parameter.
+pub fn without_rid(path: &str) -> String {
+    let Some((path, query)) = path.split_once('?') else {
+        return path.to_string();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with("rid="))
+        .collect();
+    match kept.is_empty() {
+        true => path.to_string(),
+        false => format!("{path}?{}", kept.join("&")),
+    }
+}
+
 type Probe = Box<dyn Fn() -> String + Send + Sync>;
 
 pub struct Monitor {
@@ -65,11 +93,11 @@ impl Monitor {
         self.requests.lock().unwrap().clone()
     }
 
-    /// "METHOD path" of each request so far.
+    /// "METHOD path" of each request so far, the run id left out ([`Request::without_rid`]).
     pub fn lines(&self) -> Vec<String> {
         self.requests()
             .iter()
-            .map(|r| format!("{} {}", r.method, r.path))
+            .map(|r| format!("{} {}", r.method, r.without_rid()))
             .collect()
     }
 }
