@@ -21,9 +21,12 @@ use crate::lock::Outcome;
 use std::cell::RefCell;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use url::Url;
+
+mod http;
+
+/// Who the pings say they come from.
+const USER_AGENT: &str = concat!("lockrun/", env!("CARGO_PKG_VERSION"));
 
 /// The longest lockrun waits for the pings once the run is over (and the lock released):
 /// the end ping, and a start ping still in flight before it.
@@ -234,7 +237,7 @@ impl Pinger {
             .name("lockrun-ping".into())
             .spawn(move || {
                 block_signals();
-                let agent = agent(&target);
+                let client = http::Client::new(&target.url, USER_AGENT);
                 let start_by = Instant::now() + START_BOUND;
                 // The start ping's pauses between attempts wait for the run's end: once it is
                 // over, the end ping goes out instead of more tries of the start.
@@ -252,7 +255,7 @@ impl Pinger {
                     }
                 };
                 let url = |signal| target.url_for(signal, &rid);
-                let started = send(&agent, &url(Signal::Start), start_by, &mut pause);
+                let started = send(&client, &url(Signal::Start), start_by, &mut pause);
                 let mut delivered = vec![(Signal::Start, started)];
                 // The end ping, once the run is over; none if the run sends none.
                 if end.is_none() && !over {
@@ -263,7 +266,7 @@ impl Pinger {
                         std::thread::sleep(d);
                         true
                     };
-                    delivered.push((signal, send(&agent, &url(signal), by, &mut sleep)));
+                    delivered.push((signal, send(&client, &url(signal), by, &mut sleep)));
                 }
                 let _ = report_tx.send(delivered);
             });
@@ -333,77 +336,11 @@ fn block_signals() {
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
 }
 
-/// The HTTP client, built on the pings' thread: trust roots are read only for an https URL.
-fn agent(target: &Target) -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .user_agent(concat!("lockrun/", env!("CARGO_PKG_VERSION")))
-        .timeout_global(Some(ATTEMPT))
-        .max_idle_connections(1)
-        // A redirect is answered, not followed: a monitor's ping URL does not move, and an
-        // http:// URL redirected to https:// would need the trust store only then (the
-        // client would fail there without it: it is read only for an https:// URL).
-        .max_redirects(0);
-    #[cfg(feature = "tls")]
-    let config = if target.url.scheme() == "https" {
-        config.tls_config(tls::config())
-    } else {
-        config
-    };
-    #[cfg(not(feature = "tls"))]
-    let _ = target;
-    ureq::Agent::with_parts(
-        config.build(),
-        DefaultConnector::default(),
-        InPlace::default(),
-    )
-}
-
-/// Host names are looked up on the pings' thread itself. The client's own resolver, given a
-/// timeout, looks up on a thread it starts with `std::thread::spawn`, which panics when no
-/// thread can be made (a process limit): with `panic = "abort"` that would end lockrun while
-/// the job runs. A lookup that hangs costs nothing but the ping: lockrun waits for the pings
-/// at most [`END_BOUND`] whatever they are doing.
-#[derive(Debug, Default)]
-struct InPlace(DefaultResolver);
-
-impl Resolver for InPlace {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        _: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        // No timeout: the client's resolver then looks up in place (getaddrinfo(3)).
-        self.0.resolve(uri, config, NextTimeout::default())
-    }
-}
-
-#[cfg(feature = "tls")]
-mod tls {
-    use std::sync::Arc;
-    use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
-
-    /// rustls with the ring provider, as for rediss://; the system's trust store (or the PEM
-    /// bundle in SSL_CERT_FILE), as for rediss://.
-    pub(super) fn config() -> TlsConfig {
-        let roots: Vec<Certificate<'static>> = rustls_native_certs::load_native_certs()
-            .certs
-            .iter()
-            .map(|der| Certificate::from_der(der.as_ref()).to_owned())
-            .collect();
-        TlsConfig::builder()
-            .provider(TlsProvider::Rustls)
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .root_certs(RootCerts::Specific(Arc::new(roots)))
-            .build()
-    }
-}
-
 /// Sends a ping to `url`, trying again after a connection error, a timeout or an answer that
 /// says to (5xx, 408, 429), at most [`ATTEMPTS`] times and until `by`; `pause` waits between
 /// two attempts and says whether to go on.
 fn send(
-    agent: &ureq::Agent,
+    client: &http::Client,
     url: &Url,
     by: Instant,
     pause: &mut dyn FnMut(Duration) -> bool,
@@ -413,25 +350,19 @@ fn send(
     loop {
         attempts += 1;
         let left = by.saturating_duration_since(Instant::now());
-        let attempt = agent
-            .get(url.as_str())
-            .config()
-            .timeout_global(Some(left.min(ATTEMPT)))
-            .build()
-            .call();
-        let error = match attempt {
-            Ok(answer) if answer.status().is_success() => return Ok(()),
-            // Only a redirect (not followed) gets here: the client makes 4xx and 5xx errors.
-            Ok(answer) => {
+        let (why, again) = match client.get(url, left.min(ATTEMPT)) {
+            Ok(200..=299) => return Ok(()),
+            // A redirect is answered, not followed: a monitor's ping URL does not move.
+            Ok(code @ 300..=399) => {
                 return Err(format!(
-                    "HTTP {} (a redirect, not followed: ping the URL it names)",
-                    answer.status().as_u16()
+                    "HTTP {code} (a redirect, not followed: ping the URL it names)"
                 ))
             }
-            Err(e) => e,
+            Ok(code) => (format!("HTTP {code}"), passing(code)),
+            Err(e @ http::Error::Proxy(code)) => (describe(&e), passing(code)),
+            Err(e) => (describe(&e), true),
         };
-        let why = describe(&error);
-        if !retried(&error) || attempts == ATTEMPTS || Instant::now() + backoff >= by {
+        if !again || attempts == ATTEMPTS || Instant::now() + backoff >= by {
             return Err(why);
         }
         if !pause(backoff) {
@@ -441,17 +372,12 @@ fn send(
     }
 }
 
-/// Whether trying again may help.
-fn retried(error: &ureq::Error) -> bool {
-    use ureq::Error::*;
-    match error {
-        StatusCode(code) => *code >= 500 || *code == 408 || *code == 429,
-        Io(_) | Timeout(_) | HostNotFound | ConnectionFailed | Protocol(_) => true,
-        _ => false,
-    }
+/// Whether an answer with status `code` says that trying again may help.
+fn passing(code: u16) -> bool {
+    code >= 500 || code == 408 || code == 429
 }
 
-/// The TLS error behind an I/O error (rustls' errors reach the client as I/O errors).
+/// The TLS error behind an I/O error (rustls' errors reach the stream's reader as I/O errors).
 fn tls_error(e: &std::io::Error) -> Option<String> {
     #[cfg(feature = "tls")]
     if let Some(why) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
@@ -461,24 +387,21 @@ fn tls_error(e: &std::io::Error) -> Option<String> {
     None
 }
 
-/// Why a ping failed, in words that cannot contain the URL (some of the client's own messages
-/// do: a bad URI, a redirect).
-fn describe(error: &ureq::Error) -> String {
-    use ureq::Error::*;
+/// Why a ping got no answer, in words that cannot contain the URL.
+fn describe(error: &http::Error) -> String {
+    use http::Error::*;
     match error {
-        StatusCode(code) => format!("HTTP {code}"),
+        HostNotFound => "host not found".into(),
+        Connect(e) => format!("connection failed: {e}"),
+        Timeout => "no answer in time".into(),
         Io(e) => match tls_error(e) {
             Some(why) => format!("TLS: {why}"),
             None => e.to_string(),
         },
-        Timeout(_) => "no answer in time".into(),
-        HostNotFound => "host not found".into(),
-        ConnectionFailed => "connection failed".into(),
-        Tls(why) => format!("TLS: {why}"),
+        Protocol => "not an HTTP answer".into(),
+        Proxy(code) => format!("the proxy answered HTTP {code} to CONNECT"),
         #[cfg(feature = "tls")]
-        Rustls(e) => format!("TLS: {e}"),
-        Protocol(_) => "not an HTTP answer".into(),
-        _ => "request failed".into(),
+        Tls(why) => format!("TLS: {why}"),
     }
 }
 

@@ -4,7 +4,7 @@
 //! silent; a monitor that fails, refuses or never answers costs a bounded wait and one warning,
 //! never the exit code; the URL, a secret, is never printed whole.
 
-use crate::support::monitor::{refusing_url, without_rid, Answer, Monitor};
+use crate::support::monitor::{refusing_url, without_rid, Answer, ConnectProxy, Monitor};
 use crate::support::*;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -595,6 +595,59 @@ fn each_run_pairs_its_start_and_end_by_a_run_id() {
     starts.sort();
     ends.sort();
     assert_eq!(starts, ends, "each end carries its start's id");
+}
+
+/// An HTTP proxy from the environment carries the pings through a CONNECT tunnel, unless
+/// NO_PROXY names the host; a proxy that refuses the tunnel is the warning, with its status.
+#[test]
+fn pings_go_through_the_proxy_the_environment_names() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let base = format!("/{}", ping_path());
+    let proxy = ConnectProxy::start(200);
+    for (var, no_proxy, tunnelled) in [
+        ("HTTPS_PROXY", None, true),
+        ("http_proxy", None, true),
+        ("ALL_PROXY", Some("localhost,127.0.0.1"), false),
+    ] {
+        let before = (monitor.lines().len(), proxy.lines().len());
+        let mut cmd = Lockrun::on(&redis);
+        cmd.env("LOCKRUN_PING_URL", &url)
+            .env(var, proxy.url())
+            .args(["k", "--", "true"]);
+        if let Some(hosts) = no_proxy {
+            cmd.env("NO_PROXY", hosts);
+        }
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{var}: {stderr}");
+        assert!(ping_warnings(&stderr).is_empty(), "{var}: {stderr}");
+        assert_eq!(
+            monitor.lines()[before.0..],
+            [format!("GET {base}/start"), format!("GET {base}")],
+            "{var}"
+        );
+        let connects = match tunnelled {
+            true => vec![format!("CONNECT 127.0.0.1:{port} HTTP/1.1"); 2],
+            false => vec![],
+        };
+        assert_eq!(proxy.lines()[before.1..], connects, "{var}");
+    }
+
+    let refusing = ConnectProxy::start(403);
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_PING_URL", &url)
+        .env("HTTPS_PROXY", refusing.url())
+        .args(["k", "--", "true"]);
+    let out = run(cmd);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("proxy answered HTTP 403"), "{stderr}");
+    assert_no_secret(&stderr);
 }
 
 /// Where lockrun's stdout and stderr go does not matter to the pings: on /dev/full or closed,
