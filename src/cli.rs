@@ -17,7 +17,10 @@ pub mod verbs;
 mod words;
 
 pub use help::{COMMAND_ENV, ENV_ONLY, ENV_RULES, EXAMPLE};
-pub use options::{Args, Connection, Logs, OnLost, DEFAULT_HISTORY, MAX_HISTORY, MAX_TTL, MIN_TTL};
+pub use options::{
+    Args, Connection, Logs, OnLost, DEFAULT_HISTORY, MAX_HISTORY, MAX_TTL, MIN_TTL,
+    WITHHELD_FROM_JOB,
+};
 
 use crate::exit_codes::ExitCode;
 use clap::CommandFactory;

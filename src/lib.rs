@@ -18,6 +18,8 @@
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
+//! - [`option_file`]: the files options name (passwords, certificates, the ping URL), read
+//!   without ever blocking for good
 //! - [`ping`]: `--ping`, the job's start and end reported to a health-check URL
 //! - [`runtime`]: the async runtime
 //! - [`app`]: one run, start to finish
@@ -33,6 +35,7 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod ops;
+pub mod option_file;
 pub mod output;
 pub mod ping;
 pub mod plan;

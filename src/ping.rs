@@ -21,9 +21,12 @@ use crate::lock::Outcome;
 use std::cell::RefCell;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use url::Url;
+
+mod http;
+
+/// Who the pings say they come from.
+const USER_AGENT: &str = concat!("lockrun/", env!("CARGO_PKG_VERSION"));
 
 /// The longest lockrun waits for the pings once the run is over (and the lock released):
 /// the end ping, and a start ping still in flight before it.
@@ -103,7 +106,16 @@ pub struct Target {
 
 impl Target {
     /// The URL of `--ping` / `LOCKRUN_PING_URL`; the reason it is refused names no part of it.
+    ///
+    /// The URL parser forgives what a ping URL must not have: it takes `https:host`,
+    /// `https:/host`, `https:///host` and backslashes for `https://host`, and drops tabs and
+    /// newlines anywhere. So `https://$HC_HOST/<uuid>` with HC_HOST unset would make the secret
+    /// the host, said in every warning and sent to DNS. A URL is taken only as written
+    /// `http://HOST…` or `https://HOST…` with a [`plausible_host`].
     pub fn parse(text: &str) -> Result<Target, String> {
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("a space or control character in the URL".into());
+        }
         let url = Url::parse(text).map_err(|e| format!("not a URL ({e})"))?;
         match url.scheme() {
             "http" => {}
@@ -111,18 +123,39 @@ impl Target {
             "https" => return Err("https:// needs lockrun built with TLS (its tls feature)".into()),
             _ => return Err("not an http:// or https:// URL".into()),
         }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err("no host in the URL".into());
+        // The text starts with the scheme as the parser read it (no leading space is left).
+        let rest = &text[url.scheme().len() + 1..];
+        let written_host = rest
+            .strip_prefix("//")
+            .is_some_and(|r| !r.starts_with(['/', '\\', '?', '#']));
+        if !written_host {
+            return Err(format!(
+                "no host after {}:// (is a variable in the URL unset?)",
+                url.scheme()
+            ));
+        }
+        match url.host() {
+            Some(url::Host::Ipv4(_) | url::Host::Ipv6(_)) => {}
+            Some(url::Host::Domain(name)) => plausible_host(name).map_err(|why| {
+                format!("its host cannot be right ({why}): is the path glued to the host without a '/'?")
+            })?,
+            None => return Err("no host in the URL".into()),
         }
         Ok(Target { url })
     }
 
-    /// The URL `signal` is sent to: the suffix appended to the path (a trailing `/` dropped
-    /// first), the query kept (healthchecks.io's `?create=1`), no fragment.
-    pub fn url_for(&self, signal: Signal) -> Url {
+    /// The URL `signal` of the run `rid` is sent to: the suffix appended to the path (a
+    /// trailing `/` dropped first), the query kept (healthchecks.io's `?create=1`) with `rid`
+    /// added, no fragment.
+    pub fn url_for(&self, signal: Signal, rid: &str) -> Url {
         let mut url = self.url.clone();
         let path = format!("{}{}", url.path().trim_end_matches('/'), signal.suffix());
         url.set_path(if path.is_empty() { "/" } else { &path });
+        let query = match url.query() {
+            Some(q) if !q.is_empty() => format!("{q}&rid={rid}"),
+            _ => format!("rid={rid}"),
+        };
+        url.set_query(Some(&query));
         url.set_fragment(None);
         url
     }
@@ -138,13 +171,36 @@ impl Target {
     }
 }
 
+/// Whether `name`, a URL's host name, can be a host's rather than a secret glued to one
+/// (`https://hc-ping.com<uuid>`, `https://<uuid>`): no label of it is a UUID, and the last
+/// label of a name with several (one trailing dot allowed) has the shape every top-level domain
+/// has, letters only (or an `xn--` name), at most 24 of them. A single-label name (localhost, a
+/// compose or Kubernetes service) is otherwise taken as given. IP addresses are not names.
+fn plausible_host(name: &str) -> Result<(), &'static str> {
+    let labels: Vec<&str> = name.strip_suffix('.').unwrap_or(name).split('.').collect();
+    if labels.iter().any(|l| uuid::Uuid::try_parse(l).is_ok()) {
+        return Err("a label of it is a UUID");
+    }
+    let last = labels[labels.len() - 1];
+    let tld_like = last.starts_with("xn--")
+        || (1..=24).contains(&last.len()) && last.bytes().all(|b| b.is_ascii_alphabetic());
+    if labels.len() > 1 && !tld_like {
+        return Err("its last label is no top-level domain: letters only, at most 24");
+    }
+    Ok(())
+}
+
 /// What became of one ping.
 type Delivery = (Signal, Result<(), String>);
 
 /// The pings of one run: `/start` once the job is about to start ([`Pinger::start`]), the
-/// end ping once the run is over ([`Pinger::finish`]).
+/// end ping once the run is over ([`Pinger::finish`]), both with the run's id.
 pub struct Pinger {
     target: Target,
+    /// The run id (healthchecks.io's `rid`, a UUID v4, as runitor sends): a monitor pairs each
+    /// `/start` with the end ping that carries the same, where runs overlap (`--shared`,
+    /// `--limit`, a standby's hand-on) or a start's end never comes.
+    rid: String,
     sender: RefCell<Option<Sender>>,
 }
 
@@ -162,6 +218,7 @@ impl Pinger {
     pub fn new(target: Target) -> Pinger {
         Pinger {
             target,
+            rid: uuid::Uuid::new_v4().to_string(),
             sender: RefCell::new(None),
         }
     }
@@ -175,12 +232,12 @@ impl Pinger {
         }
         let (end_tx, end_rx) = mpsc::channel::<(Signal, Instant)>();
         let (report_tx, report_rx) = mpsc::channel();
-        let target = self.target.clone();
+        let (target, rid) = (self.target.clone(), self.rid.clone());
         let spawned = std::thread::Builder::new()
             .name("lockrun-ping".into())
             .spawn(move || {
                 block_signals();
-                let agent = agent(&target);
+                let client = http::Client::new(&target.url, USER_AGENT);
                 let start_by = Instant::now() + START_BOUND;
                 // The start ping's pauses between attempts wait for the run's end: once it is
                 // over, the end ping goes out instead of more tries of the start.
@@ -197,7 +254,8 @@ impl Pinger {
                         false
                     }
                 };
-                let started = send(&agent, &target, Signal::Start, start_by, &mut pause);
+                let url = |signal| target.url_for(signal, &rid);
+                let started = send(&client, &url(Signal::Start), start_by, &mut pause);
                 let mut delivered = vec![(Signal::Start, started)];
                 // The end ping, once the run is over; none if the run sends none.
                 if end.is_none() && !over {
@@ -208,7 +266,7 @@ impl Pinger {
                         std::thread::sleep(d);
                         true
                     };
-                    delivered.push((signal, send(&agent, &target, signal, by, &mut sleep)));
+                    delivered.push((signal, send(&client, &url(signal), by, &mut sleep)));
                 }
                 let _ = report_tx.send(delivered);
             });
@@ -278,107 +336,33 @@ fn block_signals() {
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
 }
 
-/// The HTTP client, built on the pings' thread: trust roots are read only for an https URL.
-fn agent(target: &Target) -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .user_agent(concat!("lockrun/", env!("CARGO_PKG_VERSION")))
-        .timeout_global(Some(ATTEMPT))
-        .max_idle_connections(1)
-        // A redirect is answered, not followed: a monitor's ping URL does not move, and an
-        // http:// URL redirected to https:// would need the trust store only then (the
-        // client would fail there without it: it is read only for an https:// URL).
-        .max_redirects(0);
-    #[cfg(feature = "tls")]
-    let config = if target.url.scheme() == "https" {
-        config.tls_config(tls::config())
-    } else {
-        config
-    };
-    #[cfg(not(feature = "tls"))]
-    let _ = target;
-    ureq::Agent::with_parts(
-        config.build(),
-        DefaultConnector::default(),
-        InPlace::default(),
-    )
-}
-
-/// Host names are looked up on the pings' thread itself. The client's own resolver, given a
-/// timeout, looks up on a thread it starts with `std::thread::spawn`, which panics when no
-/// thread can be made (a process limit): with `panic = "abort"` that would end lockrun while
-/// the job runs. A lookup that hangs costs nothing but the ping: lockrun waits for the pings
-/// at most [`END_BOUND`] whatever they are doing.
-#[derive(Debug, Default)]
-struct InPlace(DefaultResolver);
-
-impl Resolver for InPlace {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        _: NextTimeout,
-    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        // No timeout: the client's resolver then looks up in place (getaddrinfo(3)).
-        self.0.resolve(uri, config, NextTimeout::default())
-    }
-}
-
-#[cfg(feature = "tls")]
-mod tls {
-    use std::sync::Arc;
-    use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
-
-    /// rustls with the ring provider, as for rediss://; the system's trust store (or the PEM
-    /// bundle in SSL_CERT_FILE), as for rediss://.
-    pub(super) fn config() -> TlsConfig {
-        let roots: Vec<Certificate<'static>> = rustls_native_certs::load_native_certs()
-            .certs
-            .iter()
-            .map(|der| Certificate::from_der(der.as_ref()).to_owned())
-            .collect();
-        TlsConfig::builder()
-            .provider(TlsProvider::Rustls)
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .root_certs(RootCerts::Specific(Arc::new(roots)))
-            .build()
-    }
-}
-
-/// Sends `signal`, trying again after a connection error, a timeout or an answer that says to
-/// (5xx, 408, 429), at most [`ATTEMPTS`] times and until `by`; `pause` waits between two
-/// attempts and says whether to go on.
+/// Sends a ping to `url`, trying again after a connection error, a timeout or an answer that
+/// says to (5xx, 408, 429), at most [`ATTEMPTS`] times and until `by`; `pause` waits between
+/// two attempts and says whether to go on.
 fn send(
-    agent: &ureq::Agent,
-    target: &Target,
-    signal: Signal,
+    client: &http::Client,
+    url: &Url,
     by: Instant,
     pause: &mut dyn FnMut(Duration) -> bool,
 ) -> Result<(), String> {
-    let url = target.url_for(signal);
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0;
     loop {
         attempts += 1;
         let left = by.saturating_duration_since(Instant::now());
-        let attempt = agent
-            .get(url.as_str())
-            .config()
-            .timeout_global(Some(left.min(ATTEMPT)))
-            .build()
-            .call();
-        let error = match attempt {
-            Ok(answer) if answer.status().is_success() => return Ok(()),
-            // Only a redirect (not followed) gets here: the client makes 4xx and 5xx errors.
-            Ok(answer) => {
+        let (why, again) = match client.get(url, left.min(ATTEMPT)) {
+            Ok(200..=299) => return Ok(()),
+            // A redirect is answered, not followed: a monitor's ping URL does not move.
+            Ok(code @ 300..=399) => {
                 return Err(format!(
-                    "HTTP {} (a redirect, not followed: ping the URL it names)",
-                    answer.status().as_u16()
+                    "HTTP {code} (a redirect, not followed: ping the URL it names)"
                 ))
             }
-            Err(e) => e,
+            Ok(code) => (format!("HTTP {code}"), passing(code)),
+            Err(e @ http::Error::Proxy(code)) => (describe(&e), passing(code)),
+            Err(e) => (describe(&e), true),
         };
-        let why = describe(&error);
-        if !retried(&error) || attempts == ATTEMPTS || Instant::now() + backoff >= by {
+        if !again || attempts == ATTEMPTS || Instant::now() + backoff >= by {
             return Err(why);
         }
         if !pause(backoff) {
@@ -388,17 +372,12 @@ fn send(
     }
 }
 
-/// Whether trying again may help.
-fn retried(error: &ureq::Error) -> bool {
-    use ureq::Error::*;
-    match error {
-        StatusCode(code) => *code >= 500 || *code == 408 || *code == 429,
-        Io(_) | Timeout(_) | HostNotFound | ConnectionFailed | Protocol(_) => true,
-        _ => false,
-    }
+/// Whether an answer with status `code` says that trying again may help.
+fn passing(code: u16) -> bool {
+    code >= 500 || code == 408 || code == 429
 }
 
-/// The TLS error behind an I/O error (rustls' errors reach the client as I/O errors).
+/// The TLS error behind an I/O error (rustls' errors reach the stream's reader as I/O errors).
 fn tls_error(e: &std::io::Error) -> Option<String> {
     #[cfg(feature = "tls")]
     if let Some(why) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
@@ -408,24 +387,21 @@ fn tls_error(e: &std::io::Error) -> Option<String> {
     None
 }
 
-/// Why a ping failed, in words that cannot contain the URL (some of the client's own messages
-/// do: a bad URI, a redirect).
-fn describe(error: &ureq::Error) -> String {
-    use ureq::Error::*;
+/// Why a ping got no answer, in words that cannot contain the URL.
+fn describe(error: &http::Error) -> String {
+    use http::Error::*;
     match error {
-        StatusCode(code) => format!("HTTP {code}"),
+        HostNotFound => "host not found".into(),
+        Connect(e) => format!("connection failed: {e}"),
+        Timeout => "no answer in time".into(),
         Io(e) => match tls_error(e) {
             Some(why) => format!("TLS: {why}"),
             None => e.to_string(),
         },
-        Timeout(_) => "no answer in time".into(),
-        HostNotFound => "host not found".into(),
-        ConnectionFailed => "connection failed".into(),
-        Tls(why) => format!("TLS: {why}"),
+        Protocol => "not an HTTP answer".into(),
+        Proxy(code) => format!("the proxy answered HTTP {code} to CONNECT"),
         #[cfg(feature = "tls")]
-        Rustls(e) => format!("TLS: {e}"),
-        Protocol(_) => "not an HTTP answer".into(),
-        _ => "request failed".into(),
+        Tls(why) => format!("TLS: {why}"),
     }
 }
 
@@ -521,31 +497,102 @@ mod tests {
 
     #[test]
     fn each_signal_has_its_url() {
+        let rid = "0b7e9a7c-3c7e-4d0e-9f5a-2f1d8c6b4a10";
         let target = Target::parse("https://hc-ping.com/0ab4c-uuid").unwrap();
-        let at = |s| target.url_for(s).to_string();
-        assert_eq!(at(Signal::Start), "https://hc-ping.com/0ab4c-uuid/start");
-        assert_eq!(at(Signal::Success), "https://hc-ping.com/0ab4c-uuid");
-        assert_eq!(at(Signal::Fail(0)), "https://hc-ping.com/0ab4c-uuid/fail");
-        assert_eq!(at(Signal::Fail(76)), "https://hc-ping.com/0ab4c-uuid/76");
+        let at = |s| target.url_for(s, rid).to_string();
+        assert_eq!(
+            at(Signal::Start),
+            format!("https://hc-ping.com/0ab4c-uuid/start?rid={rid}")
+        );
+        assert_eq!(
+            at(Signal::Success),
+            format!("https://hc-ping.com/0ab4c-uuid?rid={rid}")
+        );
+        assert_eq!(
+            at(Signal::Fail(0)),
+            format!("https://hc-ping.com/0ab4c-uuid/fail?rid={rid}")
+        );
+        assert_eq!(
+            at(Signal::Fail(76)),
+            format!("https://hc-ping.com/0ab4c-uuid/76?rid={rid}")
+        );
         // A slug URL that creates its check, with a trailing slash and a fragment.
         let slug = Target::parse("http://hc.example:8000/ping/key/backup/?create=1#x").unwrap();
         assert_eq!(
-            slug.url_for(Signal::Start).to_string(),
-            "http://hc.example:8000/ping/key/backup/start?create=1"
+            slug.url_for(Signal::Start, rid).to_string(),
+            format!("http://hc.example:8000/ping/key/backup/start?create=1&rid={rid}")
         );
         assert_eq!(
-            slug.url_for(Signal::Success).to_string(),
-            "http://hc.example:8000/ping/key/backup?create=1"
+            slug.url_for(Signal::Success, rid).to_string(),
+            format!("http://hc.example:8000/ping/key/backup?create=1&rid={rid}")
         );
-        let bare = Target::parse("http://127.0.0.1:9/").unwrap();
+        let bare = Target::parse("http://127.0.0.1:9/?").unwrap();
         assert_eq!(
-            bare.url_for(Signal::Success).to_string(),
-            "http://127.0.0.1:9/"
+            bare.url_for(Signal::Success, rid).to_string(),
+            format!("http://127.0.0.1:9/?rid={rid}")
         );
         assert_eq!(
-            bare.url_for(Signal::Fail(1)).to_string(),
-            "http://127.0.0.1:9/1"
+            bare.url_for(Signal::Fail(1), rid).to_string(),
+            format!("http://127.0.0.1:9/1?rid={rid}")
         );
+    }
+
+    #[test]
+    fn every_form_of_a_real_host_is_taken() {
+        for good in [
+            "https://hc-ping.com/5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278",
+            "HTTPS://HC-PING.COM/uuid",
+            "https://hc-ping.com./uuid",
+            "https://user:pw@hc-ping.com:8443/uuid",
+            "http://127.0.0.1:8000/ping/uuid",
+            "http://[::1]:8000/ping/uuid",
+            "http://localhost:8000/ping/uuid",
+            "http://healthchecks:8000/ping/uuid",
+            "http://healthchecks-web2:8000/ping/uuid",
+            "http://hc.monitoring.svc.cluster.local/ping/uuid",
+            "http://hc.internal/ping/uuid",
+            "https://hc.example.xn--p1ai/uuid",
+            "https://hc.example.travelersinsurance/uuid",
+        ] {
+            assert!(
+                Target::parse(good).is_ok(),
+                "{good}: {:?}",
+                Target::parse(good)
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_url_is_not_echoed() {
+        let uuid = "5bf66975-d4c7-4bf5-bcc8-b8d8a82ea278";
+        for bad in [
+            "hc-ping.com/secret".to_string(),
+            "ftp://hc-ping.com/secret".into(),
+            "file:///secret".into(),
+            "http://".into(),
+            "http://:80/secret".into(),
+            "secret".into(),
+            // A variable for the host unset, a scheme without its slashes.
+            format!("https:///{uuid}"),
+            format!("https://{uuid}"),
+            format!("http:{uuid}"),
+            format!("http:/{uuid}"),
+            format!("https:\\\\{uuid}"),
+            format!("https://?{uuid}"),
+            // A base URL glued to the secret.
+            format!("https://hc-ping.com{uuid}"),
+            format!("https://hc-ping.com{}", uuid.replace('-', "")),
+            "https://hc-ping.comAbCdEfGhIjKlMnOpQrStUv/backup".into(),
+            "https://nosnch.in0a1b2c3d4e".into(),
+            // Whitespace the parser would drop or encode.
+            format!("https://hc-ping.com/\t{uuid}"),
+            format!(" https://hc-ping.com/{uuid}"),
+        ] {
+            let why = Target::parse(&bad).unwrap_err();
+            for part in ["secret", &uuid[..8], "AbCdEf", "0a1b2c"] {
+                assert!(!why.contains(part), "{bad}: {why}");
+            }
+        }
     }
 
     #[test]
@@ -554,20 +601,5 @@ mod tests {
         assert_eq!(t.shown(), "https://hc-ping.com/…");
         let t = Target::parse("http://127.0.0.1:27001/secret").unwrap();
         assert_eq!(t.shown(), "http://127.0.0.1:27001/…");
-    }
-
-    #[test]
-    fn a_refused_url_is_not_echoed() {
-        for bad in [
-            "hc-ping.com/secret",
-            "ftp://hc-ping.com/secret",
-            "file:///secret",
-            "http://",
-            "http://:80/secret",
-            "secret",
-        ] {
-            let why = Target::parse(bad).unwrap_err();
-            assert!(!why.contains("secret"), "{bad}: {why}");
-        }
     }
 }

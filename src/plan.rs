@@ -231,21 +231,22 @@ fn ping(url: Option<&str>, file: Option<&std::path::Path>) -> Result<Option<Targ
         .map_err(|why| Usage(format!("invalid {from}: {why}")))
 }
 
-/// The URL in `file`, surrounding whitespace dropped; at most 64 KiB of it is read (a wrong
-/// path, a device, must not make lockrun read on).
+/// The URL in `file` (read by [`crate::option_file::read`]), surrounding whitespace dropped.
+/// One line: a second one would be glued to the first by the URL parser, which drops newlines.
 fn read_ping_file(file: &std::path::Path) -> Result<String, Usage> {
-    use std::io::Read;
-    let cannot =
-        |e: std::io::Error| Usage(format!("cannot read --ping-file '{}': {e}", file.display()));
-    let mut text = String::new();
-    std::fs::File::open(file)
-        .map_err(cannot)?
-        .take(64 * 1024)
-        .read_to_string(&mut text)
-        .map_err(cannot)?;
+    let shown = file.display();
+    let bytes = crate::option_file::read(file)
+        .map_err(|e| Usage(format!("cannot read --ping-file '{shown}': {e}")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Usage(format!("--ping-file '{shown}' is not UTF-8 text")))?;
     let url = text.trim();
     if url.is_empty() {
-        return Err(Usage(format!("--ping-file '{}' is empty", file.display())));
+        return Err(Usage(format!("--ping-file '{shown}' is empty")));
+    }
+    if url.lines().count() > 1 {
+        return Err(Usage(format!(
+            "--ping-file '{shown}' holds more than one line: give one URL"
+        )));
     }
     Ok(url.to_string())
 }

@@ -14,6 +14,7 @@
 //! the child between its unblocking and exec is given back its default action
 //! (`signals::on_signal`), as if it had come a moment later, after exec.
 
+use crate::cli::WITHHELD_FROM_JOB;
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -44,12 +45,8 @@ pub enum Failure {
     Expired,
 }
 
-/// Variables of lockrun's own that the command does not get: `--ping`'s URL is a secret, and
-/// a lockrun inside the job (another key, a step of the job) would report to the same check.
-const WITHHELD: [&[u8]; 1] = [b"LOCKRUN_PING_URL"];
-
 /// The command's environment as execve takes it: lockrun's own entries as they are, minus the
-/// names `env` sets and [`WITHHELD`], then `added` (`env`'s entries). Lockrun's entries are passed as pointers
+/// names `env` sets and those the options withhold ([`WITHHELD_FROM_JOB`]), then `added` (`env`'s entries). Lockrun's entries are passed as pointers
 /// into the process's environment, not copied: copying them (`std::env::vars_os`, then a
 /// CString each) was a large share of lockrun's own start-up instructions (docs/benchmarks.md).
 fn environment(env: &[(&str, String)], added: &[CString]) -> Vec<*const c_char> {
@@ -67,7 +64,9 @@ fn environment(env: &[(&str, String)], added: &[CString]) -> Vec<*const c_char> 
         while !entry.is_null() && !(*entry).is_null() {
             let bytes = CStr::from_ptr(*entry).to_bytes();
             let name = bytes.split(|&b| b == b'=').next().unwrap_or(bytes);
-            if !env.iter().any(|(k, _)| k.as_bytes() == name) && !WITHHELD.contains(&name) {
+            let set = env.iter().any(|(k, _)| k.as_bytes() == name);
+            let withheld = WITHHELD_FROM_JOB.iter().any(|w| w.as_bytes() == name);
+            if !set && !withheld {
                 envp.push(*entry);
             }
             entry = entry.add(1);

@@ -27,6 +27,15 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 const MIN_EVERY: Duration = Duration::from_secs(2);
 const MAX_EVERY: Duration = Duration::from_secs(366 * 86_400);
 
+/// The variables of lockrun's own that the command does not get (`spawn` leaves them out of
+/// its environment): the ping URL is a secret, and a lockrun inside the job (a wrapper, a step
+/// under another key) would report to the same check. Each is the `env` of an option below and
+/// spelled only here; that option's help says its variable "is not passed on to the command"
+/// (a unit test holds the two together).
+pub const WITHHELD_FROM_JOB: [&str; 2] = [PING_URL_ENV, PING_FILE_ENV];
+const PING_URL_ENV: &str = "LOCKRUN_PING_URL";
+const PING_FILE_ENV: &str = "LOCKRUN_PING_FILE";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnLost {
     /// Stop the command (SIGTERM, then SIGKILL after --kill-after) and exit 76.
@@ -208,13 +217,16 @@ pub struct Args {
     ///
     /// URL/start when this host takes the lock and starts the job; when it ends, URL itself on
     /// exit 0, URL/<code> on a failure (URL/fail for a lost lock or a stop after which the job
-    /// exited 0). Hosts that skip, and runs that end before taking the lock, send nothing.
-    /// The end ping is sent after the release; lockrun waits for it at most 5s (retrying after
-    /// connection errors and 5xx) and says in one warning if it was not delivered: the exit code
-    /// stays the run's. The URL is a secret: lines show only its scheme and host; prefer
-    /// LOCKRUN_PING_URL or --ping-file to the option (a command line is visible in ps).
-    /// LOCKRUN_PING_URL is not passed on to the command. http:// or https://.
-    #[arg(long, env = "LOCKRUN_PING_URL", value_name = "URL", hide_env_values = true,
+    /// exited 0). Both carry the run's id (?rid=<uuid>), which pairs a start with its end.
+    /// Hosts that skip, and runs that end before taking the lock, send nothing. The end ping is
+    /// sent after the release; lockrun waits for it at most 5s (retrying after connection
+    /// errors and 5xx) and says in one warning if it was not delivered: the exit code stays the
+    /// run's. The URL is a secret: lines show only its scheme and host; prefer LOCKRUN_PING_URL
+    /// or --ping-file to the option (a command line is visible in ps). LOCKRUN_PING_URL is not
+    /// passed on to the command. Written http://HOST/… or https://HOST/…; a URL whose host
+    /// cannot be right (none, a UUID, a top-level domain with digits: a path glued to the host)
+    /// is exit 64.
+    #[arg(long, env = PING_URL_ENV, value_name = "URL", hide_env_values = true,
           value_parser = clap::builder::NonEmptyStringValueParser::new(), help_heading = JOB,
           hide_short_help = true)]
     pub ping: Option<String>,
@@ -222,9 +234,10 @@ pub struct Args {
     /// Read the --ping URL from FILE
     ///
     /// Keeps the URL out of the crontab and ps where no variable can be set (busybox crond passes
-    /// none of a crontab's variables on). Surrounding whitespace is dropped. Not with --ping
-    /// (exit 64); an unreadable or empty file is exit 64.
-    #[arg(long, env = "LOCKRUN_PING_FILE", value_name = "FILE", hide_env_values = true,
+    /// none of a crontab's variables on). One line; surrounding whitespace is dropped. Not with
+    /// --ping (exit 64); an unreadable or empty file, a FIFO nothing writes to and a second line
+    /// are exit 64. LOCKRUN_PING_FILE is not passed on to the command.
+    #[arg(long, env = PING_FILE_ENV, value_name = "FILE", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB,
           hide_short_help = true)]
     pub ping_file: Option<std::path::PathBuf>,
@@ -511,4 +524,30 @@ pub(super) fn parse_key(s: &str) -> Result<String, String> {
         ));
     }
     Ok(s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The variables the command does not get are those whose options' help says so.
+    #[test]
+    fn the_withheld_variables_are_those_the_help_says() {
+        for arg in Args::command().get_arguments() {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            let help = arg
+                .get_long_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let says = help
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .contains(&format!("{env} is not passed on to the command"));
+            assert_eq!(says, WITHHELD_FROM_JOB.contains(&env), "{env}: {help}");
+        }
+    }
 }

@@ -82,7 +82,7 @@ impl TlsFiles {
     #[cfg(feature = "tls")]
     fn read(&self) -> Result<Option<Certs>, String> {
         let read = |what: &str, p: &Path| {
-            read_small_file(p)
+            crate::option_file::read(p)
                 .map_err(|e| format!("cannot read the {what} file '{}': {e}", p.display()))
         };
         let client_tls = match (&self.cert, &self.key) {
@@ -172,73 +172,12 @@ fn strip_newline(mut text: String) -> String {
     text
 }
 
-/// Most a password, certificate or key file may hold: far above any real one, and a bound on
-/// what a wrong path (a device) can make lockrun read.
-const MAX_FILE: u64 = 1 << 20;
-
-/// How long a pipe may take to deliver its content (`--redis-password-file <(vault read …)`).
-const PIPE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A small file's bytes, without ever blocking for good. The open is non-blocking: opening a
-/// FIFO for reading otherwise waits until some process opens it for writing, possibly never,
-/// and a signal handler installed with SA_RESTART restarts that open (SIGTERM did not end
-/// lockrun). A FIFO nobody writes to then reads as empty at once (refused as empty). A pipe
-/// with a writer (bash's process substitution) is read until its end, for at most
-/// [`PIPE_PATIENCE`]; a regular file is read at once.
-fn read_small_file(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if meta.is_dir() {
-        return Err("it is a directory".into());
-    }
-    let mut bytes = Vec::new();
-    let mut limited = (&file).take(MAX_FILE + 1);
-    let deadline = std::time::Instant::now() + PIPE_PATIENCE;
-    let mut chunk = [0u8; 4096];
-    loop {
-        match limited.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            // A pipe whose writer has not written yet: wait for it, within the bound (poll(2)
-            // returns on data, on the writer's end, or after the time left).
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return Err(format!(
-                        "nothing arrived within {}s (a pipe nobody writes to?)",
-                        PIPE_PATIENCE.as_secs()
-                    ));
-                }
-                let mut fds = [libc::pollfd {
-                    fd: std::os::fd::AsRawFd::as_raw_fd(&file),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }];
-                // SAFETY: one valid pollfd for a descriptor we own; EINTR just loops.
-                unsafe { libc::poll(fds.as_mut_ptr(), 1, left.as_millis().min(1000) as i32) };
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(format!("larger than {} KiB", MAX_FILE / 1024));
-    }
-    Ok(bytes)
-}
-
 /// The file's content minus one trailing newline (`echo pw > file` writes one; a second one
 /// would be part of the password). Empty is an error: an empty password is never what was
 /// meant, and sending none would fail later with a less helpful NOAUTH.
 fn read_password_file(file: &Path) -> Result<String, String> {
     let shown = file.display();
-    let bytes = read_small_file(file)
+    let bytes = crate::option_file::read(file)
         .map_err(|e| format!("cannot read the Redis password file '{shown}': {e}"))?;
     let text = strip_newline(String::from_utf8(bytes).map_err(|_| {
         format!("the Redis password file '{shown}' is not UTF-8 text (the Redis client sends text passwords only)")

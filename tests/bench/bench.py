@@ -28,7 +28,7 @@ BIN = os.environ.get("BENCH_LOCKRUN") or BIN_DYNAMIC
 # shipping a static-pie (run.sh builds it; the row is left out without it).
 BIN_FIXED = os.environ.get("BENCH_LOCKRUN_FIXED")
 # Any other lockrun to put side by side with the shipped one (a build of an older commit):
-# BENCH_BASELINE=/path/to/lockrun [BENCH_BASELINE_LABEL=...] bash tests/bench/run.sh overhead
+# BENCH_BASELINE=/path/to/lockrun [BENCH_BASELINE_LABEL=...] bash tests/bench/run.sh overhead (or memory)
 BASELINE = os.environ.get("BENCH_BASELINE")
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
 WRAPPER = os.path.join(ROOT, "tests", "bench", "peers", "wrapper.py")
@@ -262,8 +262,13 @@ def vm_hwm_kib(pid):
 
 def memory(redis, tmp):
     flockfile = os.path.join(tmp, "flock")
+    # Fresh copies, as for the overhead table: how a file's pages came into the page cache moves
+    # how many of them a run maps (decisions.md, "Comparing two builds").
+    binary, baseline = (fresh_copy(path, tmp, "mem-" + name) for name, path in (("bin", BIN), ("base", BASELINE)))
     rows = {
-        "lockrun": [BIN, "-q", "-r", redis.unix, "mem", "--", "sleep", "1"],
+        "lockrun": [binary, "-q", "-r", redis.unix, "mem", "--", "sleep", "1"],
+        **({f"lockrun {BASELINE_LABEL}": [baseline, "-q", "-r", redis.unix, "mem-base", "--", "sleep", "1"]}
+           if BASELINE else {}),
         "flock": ["flock", "-n", flockfile, "sleep", "1"],
         "redis-py Lock": [PY, WRAPPER, "redis-py", redis.tcp, "mem-py", "sleep", "1"],
         "python-redis-lock": [PY, WRAPPER, "python-redis-lock", redis.tcp, "mem-prl", "sleep", "1"],

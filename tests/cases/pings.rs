@@ -4,9 +4,9 @@
 //! silent; a monitor that fails, refuses or never answers costs a bounded wait and one warning,
 //! never the exit code; the URL, a secret, is never printed whole.
 
-use crate::support::monitor::{refusing_url, Answer, Monitor};
+use crate::support::monitor::{refusing_url, without_rid, Answer, ConnectProxy, Monitor};
 use crate::support::*;
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The part of the ping URLs that must never show: healthchecks.io's check UUID.
@@ -78,7 +78,12 @@ fn the_winner_pings_start_then_success_and_the_skipped_stay_silent() {
     let requests = monitor.requests();
     let seen: Vec<(String, String)> = requests
         .iter()
-        .map(|r| (format!("{} {}", r.method, r.path), r.probed.clone()))
+        .map(|r| {
+            (
+                format!("{} {}", r.method, r.without_rid()),
+                r.probed.clone(),
+            )
+        })
         .collect();
     let base = format!("/{}", ping_path());
     assert_eq!(
@@ -390,6 +395,261 @@ fn the_ping_url_read_from_a_file() {
     assert_eq!(monitor.lines().len(), 2, "nothing sent by the refused runs");
 }
 
+/// A `--ping-file` that is a FIFO nobody writes to is refused at once (exit 64, one line that
+/// names the file), rather than blocking lockrun in open(2) for good, where SIGTERM would not
+/// end it; a pipe that does carry the URL (`--ping-file <(…)`) works. The password files'
+/// reader, one for both.
+#[test]
+fn a_ping_file_that_is_a_fifo_nobody_writes_to_is_refused_at_once() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("report.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut cmd = Lockrun::on(&redis);
+    cmd.arg("--ping-file")
+        .arg(&fifo)
+        .args(["k", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    if wait_timeout(&mut child, Duration::from_secs(10)).is_none() {
+        // Blocked: SIGTERM must end it at least.
+        kill(child.id(), libc::SIGTERM);
+        let ended = wait_timeout(&mut child, Duration::from_secs(2)).is_some();
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("lockrun still running 10 s after start with a FIFO as --ping-file (SIGTERM ended it: {ended})");
+    }
+    let out = wait_output(child);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("report.fifo"), "{stderr}");
+    assert!(!redis.exists("k"));
+
+    // Process substitution: bash hands lockrun /dev/fd/N, a pipe with a writer.
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        r#"exec "$0" -r "$1" --ping-file <(printf '%s\n' "$2") k -- true"#,
+    ])
+    .arg(lockrun_bin())
+    .arg(redis.url())
+    .arg(monitor.url(&ping_path()));
+    from_a_clean_caller(&mut cmd);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(monitor.lines().len(), 2, "{}", stderr_of(&out));
+}
+
+/// A URL whose host is missing, or whose secret would become the host, is a usage error (64)
+/// that does not echo it, and nothing is sent or looked up: `https://$HC_HOST/<uuid>` with
+/// HC_HOST unset (`https:///<uuid>`), `http:<uuid>`, a base URL glued to the uuid without a
+/// `/`, and a `--ping-file` holding two URLs. Every form of a legitimate host still works.
+#[test]
+fn a_ping_url_whose_secret_would_be_the_host_is_refused() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = monitor.url(&ping_path());
+    let two = dir.path().join("two.ping");
+    std::fs::write(&two, format!("{url}\n{url}\n")).unwrap();
+    let refused: Vec<(&str, String)> = vec![
+        ("--ping", format!("https:///{SECRET}")),
+        ("--ping", format!("http:///{SECRET}")),
+        ("--ping", format!("http:{SECRET}")),
+        ("--ping", format!("https:/{SECRET}")),
+        ("--ping", format!("https:\\\\{SECRET}")),
+        ("--ping", format!("https://hc-ping.com{SECRET}")),
+        ("--ping", format!("https://hc-ping.com{SECRET}/start")),
+        ("--ping-file", two.display().to_string()),
+    ];
+    for (option, value) in &refused {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args([option, value.as_str(), "k", "--", "true"]);
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(64), "{option} {value}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("--ping"), "{stderr}");
+        assert_no_secret(&stderr);
+        assert!(!redis.exists("k"), "{option} {value}");
+    }
+    assert!(monitor.lines().is_empty(), "{:?}", monitor.lines());
+
+    // An address, and a single-label name that is looked up (localhost), with a query.
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    for good in [
+        url.clone(),
+        format!("http://localhost:{port}/{}", ping_path()),
+        format!("http://localhost:{port}/{}?create=1", ping_path()),
+    ] {
+        let mut cmd = Lockrun::on(&redis);
+        cmd.args(["--ping", &good, "k", "--", "true"]);
+        let out = run(cmd);
+        assert_eq!(out.status.code(), Some(0), "{good}: {}", stderr_of(&out));
+        assert!(
+            ping_warnings(&stderr_of(&out)).is_empty(),
+            "{good}: {}",
+            stderr_of(&out)
+        );
+    }
+    assert_eq!(monitor.lines().len(), 6, "{:?}", monitor.lines());
+}
+
+/// The job gets neither LOCKRUN_PING_URL nor LOCKRUN_PING_FILE: a lockrun inside it (another
+/// key, a wrapper) does not report to the same check, which gets one /start and one end.
+#[test]
+fn a_lockrun_inside_the_job_does_not_ping_the_same_check() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.ping");
+    std::fs::write(&file, format!("{}\n", monitor.url(&ping_path()))).unwrap();
+    let base = format!("/{}", ping_path());
+    let inner = r#"echo "${LOCKRUN_PING_URL-unset} ${LOCKRUN_PING_FILE-unset}"; exec "$0" -r "$1" inner -- sh -c 'exit 3'"#;
+    for (name, value) in [
+        ("LOCKRUN_PING_FILE", file.display().to_string()),
+        ("LOCKRUN_PING_URL", monitor.url(&ping_path())),
+    ] {
+        let before = monitor.lines().len();
+        let mut cmd = Lockrun::on(&redis);
+        cmd.env(name, &value)
+            .args(["outer", "--", "sh", "-c", inner])
+            .arg(lockrun_bin())
+            .arg(redis.url());
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(3), "{name}: {stderr}");
+        assert_eq!(
+            stdout_of(&out).trim(),
+            "unset unset",
+            "{name}: the job's variables"
+        );
+        assert_eq!(
+            monitor.lines()[before..],
+            [format!("GET {base}/start"), format!("GET {base}/3")],
+            "{name}: {stderr}"
+        );
+    }
+}
+
+/// Each run sends a run id (healthchecks.io's `rid`, a UUID v4) on its /start and on its end
+/// ping, the same on both and another for the next run, so that a monitor pairs each start
+/// with its end when runs overlap (--shared, --limit, standby hand-ons); a query of the URL's
+/// own is kept.
+#[test]
+fn each_run_pairs_its_start_and_end_by_a_run_id() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let started = dir.path().join("started");
+    // Two overlapping runs of one --limit 2 key: start, start, end, end.
+    let job = format!(
+        "touch {}.$$; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    let url = format!("{}?create=1", monitor.url(&ping_path()));
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            let mut cmd = Lockrun::on(&redis);
+            cmd.env("LOCKRUN_PING_URL", &url)
+                .args(["--limit", "2", "k", "--", "sh", "-c", &job])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    eventually("both /start pings", || monitor.requests().len() == 2);
+    std::fs::write(&go, "").unwrap();
+    for child in children {
+        let out = wait_output(child);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    }
+    let requests = monitor.requests();
+    assert_eq!(requests.len(), 4, "{:?}", monitor.lines());
+    let base = format!("/{}", ping_path());
+    let rids: Vec<&str> = requests
+        .iter()
+        .map(|r| r.rid().unwrap_or_else(|| panic!("no rid: {}", r.path)))
+        .collect();
+    for (r, rid) in requests.iter().zip(&rids) {
+        let uuid = uuid::Uuid::parse_str(rid).unwrap_or_else(|e| panic!("{}: {e}", r.path));
+        assert_eq!(uuid.get_version_num(), 4, "{}", r.path);
+        assert!(
+            [
+                format!("{base}/start?create=1&rid={rid}"),
+                format!("{base}?create=1&rid={rid}"),
+            ]
+            .contains(&r.path),
+            "{}",
+            r.path
+        );
+    }
+    assert_ne!(rids[0], rids[1], "two runs, two ids");
+    let mut starts = rids[..2].to_vec();
+    let mut ends = rids[2..].to_vec();
+    starts.sort();
+    ends.sort();
+    assert_eq!(starts, ends, "each end carries its start's id");
+}
+
+/// An HTTP proxy from the environment carries the pings through a CONNECT tunnel, unless
+/// NO_PROXY names the host; a proxy that refuses the tunnel is the warning, with its status.
+#[test]
+fn pings_go_through_the_proxy_the_environment_names() {
+    let redis = Server::start();
+    let monitor = Monitor::start();
+    let url = monitor.url(&ping_path());
+    let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+    let base = format!("/{}", ping_path());
+    let proxy = ConnectProxy::start(200);
+    for (var, no_proxy, tunnelled) in [
+        ("HTTPS_PROXY", None, true),
+        ("http_proxy", None, true),
+        ("ALL_PROXY", Some("localhost,127.0.0.1"), false),
+    ] {
+        let before = (monitor.lines().len(), proxy.lines().len());
+        let mut cmd = Lockrun::on(&redis);
+        cmd.env("LOCKRUN_PING_URL", &url)
+            .env(var, proxy.url())
+            .args(["k", "--", "true"]);
+        if let Some(hosts) = no_proxy {
+            cmd.env("NO_PROXY", hosts);
+        }
+        let out = run(cmd);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{var}: {stderr}");
+        assert!(ping_warnings(&stderr).is_empty(), "{var}: {stderr}");
+        assert_eq!(
+            monitor.lines()[before.0..],
+            [format!("GET {base}/start"), format!("GET {base}")],
+            "{var}"
+        );
+        let connects = match tunnelled {
+            true => vec![format!("CONNECT 127.0.0.1:{port} HTTP/1.1"); 2],
+            false => vec![],
+        };
+        assert_eq!(proxy.lines()[before.1..], connects, "{var}");
+    }
+
+    let refusing = ConnectProxy::start(403);
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_PING_URL", &url)
+        .env("HTTPS_PROXY", refusing.url())
+        .args(["k", "--", "true"]);
+    let out = run(cmd);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let warnings = ping_warnings(&stderr);
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("proxy answered HTTP 403"), "{stderr}");
+    assert_no_secret(&stderr);
+}
+
 /// Where lockrun's stdout and stderr go does not matter to the pings: on /dev/full or closed,
 /// the pings are sent, a failed one's warning is lost quietly, and the exit code is the job's.
 #[test]
@@ -499,7 +759,7 @@ fn https_pings_verify_the_monitor_against_the_trust_store() {
         let stderr = stderr_of(&out);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert_no_secret(&stderr);
-        let got: Vec<String> = rx.try_iter().collect();
+        let got: Vec<String> = rx.try_iter().map(|p| without_rid(&p)).collect();
         let base = format!("/{}", ping_path());
         if trusted {
             assert_eq!(

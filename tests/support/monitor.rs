@@ -28,6 +28,34 @@ pub struct Request {
     pub probed: String,
 }
 
+impl Request {
+    /// The run id (the query's `rid`), if it has one.
+    pub fn rid(&self) -> Option<&str> {
+        let (_, query) = self.path.split_once('?')?;
+        query.split('&').find_map(|p| p.strip_prefix("rid="))
+    }
+
+    /// The path and query without the run id, which is random per run: what tests compare.
+    pub fn without_rid(&self) -> String {
+        without_rid(&self.path)
+    }
+}
+
+/// `path` (a path and query) without the query's `rid` parameter.
+pub fn without_rid(path: &str) -> String {
+    let Some((path, query)) = path.split_once('?') else {
+        return path.to_string();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.starts_with("rid="))
+        .collect();
+    match kept.is_empty() {
+        true => path.to_string(),
+        false => format!("{path}?{}", kept.join("&")),
+    }
+}
+
 type Probe = Box<dyn Fn() -> String + Send + Sync>;
 
 pub struct Monitor {
@@ -65,11 +93,11 @@ impl Monitor {
         self.requests.lock().unwrap().clone()
     }
 
-    /// "METHOD path" of each request so far.
+    /// "METHOD path" of each request so far, the run id left out ([`Request::without_rid`]).
     pub fn lines(&self) -> Vec<String> {
         self.requests()
             .iter()
-            .map(|r| format!("{} {}", r.method, r.path))
+            .map(|r| format!("{} {}", r.method, r.without_rid()))
             .collect()
     }
 }
@@ -136,4 +164,76 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Request>>, probe: &Probe, answer
             return;
         }
     }
+}
+
+/// An HTTP proxy that opens `CONNECT` tunnels (answering `status`; 200 opens it) and records
+/// each request line it gets.
+pub struct ConnectProxy {
+    port: u16,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    pub fn start(status: u16) -> ConnectProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let log = lines.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let log = log.clone();
+                thread::spawn(move || tunnel(stream, &log, status));
+            }
+        });
+        ConnectProxy { port, lines }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The request line of each request so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+fn tunnel(mut client: TcpStream, log: &Mutex<Vec<String>>, status: u16) {
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let line = head.lines().next().unwrap_or_default().to_string();
+    log.lock().unwrap().push(line.clone());
+    let target = line.split(' ').nth(1).unwrap_or_default().to_string();
+    let server = match (status, line.starts_with("CONNECT ")) {
+        (200, true) => TcpStream::connect(&target).ok(),
+        _ => None,
+    };
+    let Some(mut server) = server else {
+        let code = if status == 200 { 502 } else { status };
+        let _ =
+            client.write_all(format!("HTTP/1.1 {code} No\r\nContent-Length: 0\r\n\r\n").as_bytes());
+        return;
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+    thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut s2);
+        let _ = s2.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut server, &mut client);
+    let _ = client.shutdown(std::net::Shutdown::Write);
 }
