@@ -11,32 +11,22 @@ use crate::duration::Human;
 use crate::ending::{decide, Course, Ending};
 use crate::lock::backend::Backend;
 use crate::lock::{Holder, Lease, LockService, LockSpec};
-use crate::metrics::RunRecord;
-use crate::ping::Pinger;
 use crate::plan::Plan;
+use crate::report::Report;
 use crate::signals::Signals;
 use crate::supervisor::{self, Guard, Job, SpawnError};
 use crate::watchdog::{self, Deadline, Lost};
 use std::cell::Cell;
 use std::ffi::OsString;
 use std::time::Duration;
-use tokio::time::Instant;
 use tracing::{debug, error, info};
 use turn::{take_turns, unavailable, Turn, Waiter};
 
-/// One run of `plan`, and how it ended; `record` gets what happened along the way (wait,
-/// fence, held, renewals), the caller adds the ending.
-///
-/// `pinger` (`--ping`) is told when the job is about to start; the run's end is reported to it
-/// by the caller, once the lock is released.
-pub async fn run(
-    plan: Plan,
-    signals: &mut Signals,
-    record: &mut RunRecord,
-    pinger: Option<&Pinger>,
-) -> Ending {
-    // The run's start as its metrics count it: history durations and metrics agree.
-    let started = Instant::from_std(record.started());
+/// One run of `plan`, and how it ended; `report` is told what happened along the way (wait,
+/// fence, the job's start, renewals, held), and the caller tells it the ending, once the lock
+/// is released.
+pub async fn run(plan: Plan, signals: &mut Signals, report: &mut Report) -> Ending {
+    let started = report.started();
     let Plan {
         spec,
         command,
@@ -50,8 +40,9 @@ pub async fn run(
         group,
         subreaper,
         mut lock,
-        ping: _,
+        ping,
     } = plan;
+    report.ping_to(ping);
     let opts = supervisor::Options {
         group,
         // A subreaper bit inherited across exec (from a supervisor that set it and exec'd us)
@@ -76,9 +67,8 @@ pub async fn run(
                     command: &command,
                     opts: &opts,
                     policy,
-                    pinger,
                 };
-                return nested.run(signals, record).await;
+                return nested.run(signals, report).await;
             }
             Ok(false) => debug!("LOCKRUN_TOKEN no longer holds the key; locking normally"),
             Err(e) => return Ending::failed(unavailable(&e)),
@@ -101,13 +91,12 @@ pub async fn run(
         hold,
         terminate,
         clamped_grace: Cell::new((grace < kill_after && terminate).then_some(grace)),
-        pinger,
     };
     let start =
-        async |lock: &mut Backend, signals: &mut Signals, lease: &Lease, record: &mut RunRecord| {
-            job.run(lock, signals, lease, record).await
+        async |lock: &mut Backend, signals: &mut Signals, lease: &Lease, report: &mut Report| {
+            job.run(lock, signals, lease, report).await
         };
-    take_turns(&mut lock, &mut waiter, signals, record, start).await
+    take_turns(&mut lock, &mut waiter, signals, report, start).await
 }
 
 /// A nested lockrun of a key an enclosing lockrun holds: the job runs under that holder's
@@ -120,25 +109,22 @@ struct Nested<'a> {
     command: &'a [OsString],
     opts: &'a supervisor::Options,
     policy: supervisor::Policy,
-    pinger: Option<&'a Pinger>,
 }
 
 impl Nested<'_> {
-    async fn run(self, signals: &mut Signals, record: &mut RunRecord) -> Ending {
+    async fn run(self, signals: &mut Signals, report: &mut Report) -> Ending {
         let spec = self.spec;
         info!(key = %spec.key, "redis lock already held by this job (reentrant)");
         // The outer lockrun holds the lock (and records its fence and renewals). The job runs
         // under that holder's key, token and fence, whichever enclosing lockrun it is (A → B →
         // A: A's, not B's).
-        record.wait = record.elapsed();
+        report.waited();
         let env = [
             ("LOCKRUN_KEY", spec.key.clone()),
             ("LOCKRUN_TOKEN", self.token),
             ("LOCKRUN_FENCE", self.fence),
         ];
-        if let Some(pinger) = self.pinger {
-            pinger.start();
-        }
+        report.job_starting();
         let job = match Job::spawn(self.command, &env, self.opts, None) {
             Ok(job) => job,
             Err(e) => {
@@ -171,8 +157,6 @@ struct HeldJob<'a> {
     /// The loss grace, when the TTL cuts `--kill-after` short (`watchdog::loss_grace`): said
     /// once, when a job is about to start (a skipped cron tick stays one line).
     clamped_grace: Cell<Option<Duration>>,
-    /// `--ping`: told when the job is about to start.
-    pinger: Option<&'a Pinger>,
 }
 
 impl HeldJob<'_> {
@@ -182,7 +166,7 @@ impl HeldJob<'_> {
         lock: &mut Backend,
         signals: &mut Signals,
         lease: &Lease,
-        record: &mut RunRecord,
+        report: &mut Report,
     ) -> Turn {
         let spec = self.spec;
         let kill_after = self.policy.kill_after;
@@ -201,9 +185,7 @@ impl HeldJob<'_> {
         ];
         let deadline = Deadline::new(lease, spec.ttl, lock.drift(spec.ttl), kill_after);
         // Sent from a thread of its own: the job starts without waiting for it.
-        if let Some(pinger) = self.pinger {
-            pinger.start();
-        }
+        report.job_starting();
         let job = match Job::spawn(self.command, &env, self.opts, Some(deadline.term_at())) {
             Ok(job) => job,
             Err(SpawnError::LeaseExpired) => return Turn::Expired,
@@ -218,7 +200,7 @@ impl HeldJob<'_> {
                 };
             }
         };
-        record.command_started();
+        report.job_started();
         let stats = watchdog::Stats::default();
         // The watchdog resolves only when the lock is lost.
         let guard = Guard {
@@ -227,8 +209,7 @@ impl HeldJob<'_> {
             terminate: self.terminate,
         };
         let job = supervisor::supervise(job, self.policy, signals, Some(guard)).await;
-        record.renewals = stats.renewals.get();
-        record.renewal_failures = stats.failures.get();
+        report.renewals(&stats);
         Turn::Done {
             course: Course::Ran {
                 job,

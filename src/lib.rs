@@ -17,6 +17,7 @@
 //! - [`utc`]: UTC times as text (the holder value, the run history, an error line before logging starts)
 //! - [`output`]: lockrun's own output on stdout (reports, help), safe on a full or closed stdout
 //! - [`stdio`]: descriptors 0, 1 and 2 closed at start get /dev/null in their place
+//! - [`report`]: the one place a run reports to; renders the metrics file and the pings
 //! - [`metrics`]: the run's record, and `--metrics-file` (Prometheus text)
 //! - [`option_file`]: the files options name (passwords, certificates, the ping URL), read
 //!   without ever blocking for good
@@ -39,6 +40,7 @@ pub mod option_file;
 pub mod output;
 pub mod ping;
 pub mod plan;
+pub mod report;
 pub mod runtime;
 pub mod signals;
 pub mod spawn;
@@ -82,19 +84,18 @@ fn run() -> ExitCode {
     }
     // From here on every ending is a run to record: the options are known, and a metrics file
     // that cannot be written can be said so in a log line.
-    let mut record = metrics::RunRecord::begin(&args.key);
-    record.every = args.every;
-    record.shared = args.shared;
+    let mut report = report::Report::begin(
+        &args.key,
+        args.every,
+        args.shared,
+        args.metrics_file.clone(),
+    );
     // Handlers first, before any network I/O (and before reading a password from a pipe): a
     // SIGTERM during start-up must not kill lockrun with the default action while it may
     // already hold the lock.
-    let mut pinger = None;
     let ending = match signals::Signals::install() {
         Ok(mut signals) => match plan::resolve(&args) {
-            Ok(mut plan) => {
-                pinger = plan.ping.take().map(ping::Pinger::new);
-                run_with(plan, &mut signals, &mut record, pinger.as_ref())
-            }
+            Ok(plan) => run_with(plan, &mut signals, &mut report),
             Err(usage) => {
                 tracing::error!("{usage}");
                 Ending::failed(ExitCode::Usage)
@@ -105,15 +106,8 @@ fn run() -> ExitCode {
             Ending::failed(ExitCode::Internal)
         }
     };
-    // Last, once the lock is released: a slow disk must not hold it.
-    if let Some(path) = &args.metrics_file {
-        record.finish(&ending);
-        metrics::write(path, &record);
-    }
-    // After the metrics file: the ping may wait on the network (bounded, `ping::END_BOUND`).
-    if let Some(pinger) = &pinger {
-        pinger.finish(&ending);
-    }
+    // Last, once the lock is released.
+    report.finish(&ending);
     ending.code
 }
 
@@ -121,8 +115,7 @@ fn run() -> ExitCode {
 fn run_with(
     plan: plan::Plan,
     signals: &mut signals::Signals,
-    record: &mut metrics::RunRecord,
-    pinger: Option<&ping::Pinger>,
+    report: &mut report::Report,
 ) -> Ending {
     if plan.subreaper {
         if let Err(e) = supervisor::become_subreaper() {
@@ -131,7 +124,7 @@ fn run_with(
         }
     }
     match runtime::build() {
-        Ok(runtime) => runtime.block_on(app::run(plan, signals, record, pinger)),
+        Ok(runtime) => runtime.block_on(app::run(plan, signals, report)),
         Err(code) => Ending::failed(code),
     }
 }

@@ -8,7 +8,7 @@ use crate::exit_codes::ExitCode;
 use crate::lock::{
     describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release,
 };
-use crate::metrics::RunRecord;
+use crate::report::Report;
 use crate::signals::{self, Incoming};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -41,35 +41,34 @@ pub(super) enum Turn {
 
 /// The lock's part of a run: acquire → `start` the held job → one release. A lease that
 /// expired before the job could start is given back and the lock taken again while the wait
-/// goes on. `held` is written to `record` here, once per turn; the run's ending is returned.
+/// goes on. `report` is told of the wait, the lease and how long it was held; the run's
+/// ending is returned.
 pub(super) async fn take_turns<L, S, F>(
     lock: &mut L,
     waiter: &mut Waiter<'_>,
     stops: &mut S,
-    record: &mut RunRecord,
+    report: &mut Report,
     mut start: F,
 ) -> Ending
 where
     L: LockService,
     S: Incoming,
-    F: AsyncFnMut(&mut L, &mut S, &Lease, &mut RunRecord) -> Turn,
+    F: AsyncFnMut(&mut L, &mut S, &Lease, &mut Report) -> Turn,
 {
     let spec = waiter.spec;
     loop {
         let attempt = waiter.acquire(lock, stops).await;
-        record.wait = record.elapsed();
+        report.waited();
         let lease = match attempt {
             Ok(lease) => lease,
             Err(Failed::Conflict(ending, holder_started)) => {
-                // With the same crontab everywhere, the holder's start is this tick's run.
-                record.job_started = holder_started;
+                report.holder_started(holder_started);
                 return ending;
             }
             Err(Failed::Ended(ending)) => return ending,
         };
         let acquired_at = Instant::now();
-        record.fence = lease.fence;
-        record.attempt = spec.tick.map(|_| lease.attempt);
+        report.took(&lease, spec.tick.is_some());
         if lease.attempt > 1 {
             // Its own target: `-q` lets this warning through (see `logging::init`).
             warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
@@ -88,7 +87,7 @@ where
                     keep: Duration::ZERO,
                 }
             }
-            None => start(lock, stops, &lease, record).await,
+            None => start(lock, stops, &lease, report).await,
         };
         let (ending, keep) = match turn {
             Turn::Done { course, keep } => (Some(decide(course)), keep),
@@ -102,7 +101,7 @@ where
         };
         let note = ending.map(|ending| waiter.note(&ending));
         let released = release(lock, spec, &lease, keep, note.as_ref()).await;
-        record.held += acquired_at.elapsed();
+        report.held_for(acquired_at.elapsed());
         let Some(ending) = ending else { continue };
         if released == Released::Gone {
             // The key was gone or another holder's before the release: the job ran without
@@ -707,7 +706,7 @@ mod tests {
     struct Ran {
         code: ExitCode,
         ending: Ending,
-        record: RunRecord,
+        report: Report,
         took: Duration,
     }
 
@@ -742,20 +741,20 @@ mod tests {
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         let began = Instant::now();
         let mut waiter = Waiter::new(&spec, &holder, wait, began, CONFLICT);
-        let mut record = RunRecord::begin("k");
+        let mut report = Report::begin("k", None, false, None);
         let mut turns = VecDeque::from(turns);
-        let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| {
+        let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut Report| {
             lock.calls.push("start".into());
             turns.pop_front().unwrap_or(Turn::Done {
                 course: exited(0),
                 keep: Duration::ZERO,
             })
         };
-        let ending = take_turns(lock, &mut waiter, stops, &mut record, start).await;
+        let ending = take_turns(lock, &mut waiter, stops, &mut report, start).await;
         Ran {
             code: ending.code,
             ending,
-            record,
+            report,
             took: began.elapsed(),
         }
     }
@@ -791,7 +790,7 @@ mod tests {
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
         assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
-        assert_eq!(ran.record.fence, 7);
+        assert_eq!(ran.report.record().fence, 7);
         assert!(!ran.ending.lost);
     }
 
@@ -842,7 +841,7 @@ mod tests {
         ]);
         let ran = standby(&mut lock, vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
-        assert_eq!(ran.record.attempt, Some(2));
+        assert_eq!(ran.report.record().attempt, Some(2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -894,14 +893,14 @@ mod tests {
                 keep: Duration::ZERO,
             }];
             let ran = standby(&mut lock, turns).await;
-            assert_eq!(ran.record.attempt, Some(2));
-            assert_eq!(ran.record.fence, 9);
+            assert_eq!(ran.report.record().attempt, Some(2));
+            assert_eq!(ran.report.record().fence, 9);
             assert_eq!(lock.completes, [completes]);
         }
         // Without --standby no attempt is recorded.
         let mut lock = fake(vec![Answer::Acquired(1)]);
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
-        assert_eq!(ran.record.attempt, None);
+        assert_eq!(ran.report.record().attempt, None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -926,13 +925,13 @@ mod tests {
             let began = Instant::now();
             let mut waiter = Waiter::new(&spec, &holder, ONCE, began, CONFLICT);
             waiter.delay_first_attempt(SECS(3));
-            let mut record = RunRecord::begin("k");
+            let mut report = Report::begin("k", None, false, None);
             let start =
-                async |_: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut RunRecord| Turn::Done {
+                async |_: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut Report| Turn::Done {
                     course: exited(0),
                     keep: Duration::ZERO,
                 };
-            let ending = take_turns(&mut lock, &mut waiter, &mut stops, &mut record, start).await;
+            let ending = take_turns(&mut lock, &mut waiter, &mut stops, &mut report, start).await;
             assert_eq!(ending.code, code);
             assert_eq!(lock.calls.len(), calls, "{:?}", lock.calls);
             if calls > 0 {
@@ -1017,7 +1016,7 @@ mod tests {
         let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
         assert_eq!(ran.code, ExitCode::Aborted(libc::SIGHUP));
         assert_eq!(lock.calls, ["acquire", "release:aborted"]);
-        assert_eq!(ran.record.fence, 3);
+        assert_eq!(ran.report.record().fence, 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1038,7 +1037,7 @@ mod tests {
         assert_eq!(lock.sleeps, [SECS(1), SECS(1)]);
         assert!(!lock.calls.iter().any(|c| c == "give_back"));
         assert_eq!(lock.calls.last().unwrap(), "release:ran");
-        assert_eq!(ran.record.fence, 9);
+        assert_eq!(ran.report.record().fence, 9);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1227,7 +1226,7 @@ mod tests {
                 "release:ran"
             ]
         );
-        assert_eq!(ran.record.fence, 2);
+        assert_eq!(ran.report.record().fence, 2);
     }
 
     #[tokio::test(start_paused = true)]
