@@ -39,21 +39,29 @@ pub(super) enum Turn {
     Expired,
 }
 
-/// The lock's part of a run: acquire → `start` the held job → one release. A lease that
+/// What runs under a lease a turn took: the job ([`super::held_job::HeldJob`]), or a fake in
+/// the tests.
+#[allow(async_fn_in_trait)] // Static dispatch only; futures never cross threads.
+pub(super) trait UnderLease<L, S> {
+    /// Runs under `lease` until the job's part is over.
+    async fn run(&self, lock: &mut L, signals: &mut S, lease: &Lease, report: &mut Report) -> Turn;
+}
+
+/// The lock's part of a run: acquire → run `job` under the lease → one release. A lease that
 /// expired before the job could start is given back and the lock taken again while the wait
 /// goes on. `report` is told of the wait, the lease and how long it was held; the run's
 /// ending is returned.
-pub(super) async fn take_turns<L, S, F>(
+pub(super) async fn take_turns<L, S, J>(
     lock: &mut L,
     waiter: &mut Waiter<'_>,
+    job: &J,
     stops: &mut S,
     report: &mut Report,
-    mut start: F,
 ) -> Ending
 where
     L: LockService,
     S: Incoming,
-    F: AsyncFnMut(&mut L, &mut S, &Lease, &mut Report) -> Turn,
+    J: UnderLease<L, S>,
 {
     let spec = waiter.spec;
     loop {
@@ -87,7 +95,7 @@ where
                     keep: Duration::ZERO,
                 }
             }
-            None => start(lock, stops, &lease, report).await,
+            None => job.run(lock, stops, &lease, report).await,
         };
         let (ending, keep) = match turn {
             Turn::Done { course, keep } => (Some(decide(course)), keep),
@@ -491,6 +499,7 @@ mod tests {
     //! paused time: each case takes milliseconds, however long the waits it goes through.
     use super::*;
     use crate::lock::Outcome;
+    use std::cell::RefCell;
     use std::collections::VecDeque;
 
     /// The errors the fake answers with, made in one place.
@@ -702,6 +711,20 @@ mod tests {
 
     const CONFLICT: u8 = 75;
 
+    /// The job's part of each held turn: the next of its turns (then: the job ran and exited
+    /// 0), each noted as a `start` among the lock's calls.
+    struct FakeJob(RefCell<VecDeque<Turn>>);
+
+    impl UnderLease<Fake, FakeStops> for FakeJob {
+        async fn run(&self, lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut Report) -> Turn {
+            lock.calls.push("start".into());
+            self.0.borrow_mut().pop_front().unwrap_or(Turn::Done {
+                course: exited(0),
+                keep: Duration::ZERO,
+            })
+        }
+    }
+
     /// What a case's run came to.
     struct Ran {
         code: ExitCode,
@@ -742,15 +765,8 @@ mod tests {
         let began = Instant::now();
         let mut waiter = Waiter::new(&spec, &holder, wait, began, CONFLICT);
         let mut report = Report::begin("k", None, false, None);
-        let mut turns = VecDeque::from(turns);
-        let start = async |lock: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut Report| {
-            lock.calls.push("start".into());
-            turns.pop_front().unwrap_or(Turn::Done {
-                course: exited(0),
-                keep: Duration::ZERO,
-            })
-        };
-        let ending = take_turns(lock, &mut waiter, stops, &mut report, start).await;
+        let job = FakeJob(RefCell::new(VecDeque::from(turns)));
+        let ending = take_turns(lock, &mut waiter, &job, stops, &mut report).await;
         Ran {
             code: ending.code,
             ending,
@@ -916,7 +932,7 @@ mod tests {
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         for (stop, code, calls) in [
-            (None, ExitCode::Command(0), 2),
+            (None, ExitCode::Command(0), 3),
             (Some(SECS(1)), ExitCode::Aborted(libc::SIGTERM), 0),
         ] {
             let mut stops =
@@ -926,12 +942,8 @@ mod tests {
             let mut waiter = Waiter::new(&spec, &holder, ONCE, began, CONFLICT);
             waiter.delay_first_attempt(SECS(3));
             let mut report = Report::begin("k", None, false, None);
-            let start =
-                async |_: &mut Fake, _: &mut FakeStops, _: &Lease, _: &mut Report| Turn::Done {
-                    course: exited(0),
-                    keep: Duration::ZERO,
-                };
-            let ending = take_turns(&mut lock, &mut waiter, &mut stops, &mut report, start).await;
+            let job = FakeJob(RefCell::new(VecDeque::new()));
+            let ending = take_turns(&mut lock, &mut waiter, &job, &mut stops, &mut report).await;
             assert_eq!(ending.code, code);
             assert_eq!(lock.calls.len(), calls, "{:?}", lock.calls);
             if calls > 0 {
