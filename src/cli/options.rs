@@ -28,11 +28,13 @@ const MIN_EVERY: Duration = Duration::from_secs(2);
 const MAX_EVERY: Duration = Duration::from_secs(366 * 86_400);
 
 /// The variables of lockrun's own that the command does not get (`spawn` leaves them out of
-/// its environment): the ping URL is a secret, and a lockrun inside the job (a wrapper, a step
-/// under another key) would report to the same check. Each is the `env` of an option below and
+/// its environment): where the run reports to is the run's own. The ping URL is a secret, and
+/// a lockrun inside the job (a wrapper, a step under the same or another key) would report to
+/// the same check and write the same metrics file. Each is the `env` of an option below and
 /// spelled only here; that option's help says its variable "is not passed on to the command"
 /// (a unit test holds the two together).
-pub const WITHHELD_FROM_JOB: [&str; 2] = [PING_URL_ENV, PING_FILE_ENV];
+pub const WITHHELD_FROM_JOB: [&str; 3] = [PING_URL_ENV, PING_FILE_ENV, METRICS_FILE_ENV];
+const METRICS_FILE_ENV: &str = "LOCKRUN_METRICS_FILE";
 const PING_URL_ENV: &str = "LOCKRUN_PING_URL";
 const PING_FILE_ENV: &str = "LOCKRUN_PING_FILE";
 
@@ -208,8 +210,9 @@ pub struct Args {
     /// Written when lockrun ends, in Prometheus text format, for node_exporter's textfile collector
     /// (replaced atomically; a failure to write is a warning). A relative PATH is from lockrun's
     /// working directory. A directory that does not exist is not a usage error: the write fails
-    /// at the end with a warning, and the exit code stays the run's.
-    #[arg(long, env = "LOCKRUN_METRICS_FILE", value_name = "PATH", hide_env_values = true,
+    /// at the end with a warning, and the exit code stays the run's. LOCKRUN_METRICS_FILE is
+    /// not passed on to the command.
+    #[arg(long, env = METRICS_FILE_ENV, value_name = "PATH", hide_env_values = true,
           value_parser = clap::value_parser!(std::path::PathBuf), help_heading = JOB)]
     pub metrics_file: Option<std::path::PathBuf>,
 

@@ -687,3 +687,29 @@ fn metrics_a_key_gone_at_release_is_lost_everywhere() {
         .collect();
     assert_eq!(outcomes, ["lost", "released"], "{runs}");
 }
+
+/// A lockrun inside the job (a wrapper's, a reentrant step under the same lock) does not write
+/// the outer run's file: `LOCKRUN_METRICS_FILE` is not passed on to the command. Else the inner
+/// run's success would be the file's last success, kept when the outer job then fails: the
+/// alert on a job that never succeeds would never fire.
+#[test]
+fn metrics_a_lockrun_inside_the_job_does_not_write_the_same_file() {
+    let redis = Server::start();
+    let (dir, path) = metrics_dir();
+    let inner = r#"echo "${LOCKRUN_METRICS_FILE-unset}"; "$0" -r "$1" outer -- true; exit 3"#;
+    let mut cmd = Lockrun::on(&redis);
+    cmd.env("LOCKRUN_METRICS_FILE", &path)
+        .args(["outer", "--", "sh", "-c", inner])
+        .arg(lockrun_bin())
+        .arg(redis.url());
+    let (out, m) = run_and_read(cmd, dir.path(), &path, "outer");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out).trim(), "unset", "the job's variable");
+    m.assert_outcome("ran");
+    assert!(
+        !m.families
+            .contains_key("lockrun_job_last_success_timestamp_seconds"),
+        "the outer job failed and never succeeded: {:?}",
+        m.families.keys()
+    );
+}
