@@ -37,6 +37,11 @@ use std::time::{Duration, Instant};
 /// Generous bound for anything a test waits on: the machines are shared and slow at times.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// `n` milliseconds: the fault scenarios write their timings in them.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 /// A server binary: the path in `var`, else `name` on PATH, else the cached copy in
 /// target/test-tools/; if none, the test fails with `how` (a lock test never skips).
 fn find_server(var: &str, name: &str, how: &str) -> PathBuf {
