@@ -10,12 +10,14 @@ pub mod chaos;
 pub mod clockshim;
 pub mod cluster;
 pub mod cron;
+pub mod cron_standby;
 pub mod fake;
 pub mod ha;
 pub mod lockrun;
 pub mod monitor;
 pub mod netns;
 pub mod proxy;
+pub mod redis_monitor;
 pub mod replication;
 pub mod sentinel;
 pub mod server;
@@ -416,6 +418,22 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
+}
+
+/// `(pgrp, state)` of a process, from /proc/<pid>/stat (after the command's closing paren).
+pub fn pgrp_and_state(pid: u32) -> Option<(u32, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(2)?.parse().ok()?, f.first()?.chars().next()?))
+}
+
+/// A process's command name (/proc/<pid>/comm), empty once it is gone.
+pub fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// A file in `dir` the test's commands append to; returns its lines.

@@ -2,7 +2,8 @@
 //! and the tools they need.
 
 use super::now;
-use crate::support::{descendants, kill, process_tree};
+use crate::support::{comm, descendants, kill, pgrp_and_state, process_tree};
+use std::collections::BTreeSet;
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -576,6 +577,59 @@ impl CronDaemon {
             .collect();
         pids.sort_by_key(|p| (Some(*p) != self.cron, *p));
         pids
+    }
+
+    /// The host's lockrun that runs a job, and the job's process group.
+    pub fn lockrun_and_job(&self) -> Result<(u32, u32), String> {
+        let found: Vec<(u32, u32)> = self
+            .processes()
+            .into_iter()
+            .filter(|p| comm(*p) == "lockrun")
+            .filter_map(|p| {
+                let kid = descendants(p).first().copied()?;
+                Some((p, pgrp_and_state(kid)?.0))
+            })
+            .collect();
+        match found[..] {
+            [one] => Ok(one),
+            _ => Err(format!(
+                "{}: {} lockruns running a job (one expected):\n{}",
+                self.host,
+                found.len(),
+                self.processes()
+                    .iter()
+                    .map(|p| format!("  {p} {}\n", comm(*p)))
+                    .collect::<String>()
+            )),
+        }
+    }
+
+    /// Whether a process of the group is alive (a zombie is not: it only waits to be reaped).
+    pub fn group_alive(&self, pgid: u32) -> bool {
+        self.processes()
+            .into_iter()
+            .filter_map(pgrp_and_state)
+            .any(|(g, state)| g == pgid && state != 'Z')
+    }
+
+    /// SIGSTOP to every process of the host until no new one appears; returns them.
+    pub fn freeze(&self) -> Vec<u32> {
+        let mut stopped: BTreeSet<u32> = BTreeSet::new();
+        loop {
+            let new: Vec<u32> = self
+                .processes()
+                .into_iter()
+                .filter(|p| !stopped.contains(p))
+                .collect();
+            if new.is_empty() {
+                return stopped.into_iter().collect();
+            }
+            for p in new {
+                // From the parent PID namespace SIGSTOP reaches its init too.
+                kill(p, libc::SIGSTOP);
+                stopped.insert(p);
+            }
+        }
     }
 
     /// Still running?
