@@ -11,6 +11,7 @@ pub mod clockshim;
 pub mod cluster;
 pub mod cron;
 pub mod cron_standby;
+pub mod doc_blocks;
 pub mod fake;
 pub mod ha;
 pub mod lockrun;
