@@ -8,7 +8,7 @@
 //! validator's own report. The validators come from `tests/ensure-ci-linters.sh` (into
 //! target/test-tools/ci-linters); without them the test fails saying how to get them.
 
-use super::doc_examples::all_blocks;
+use crate::support::doc_blocks::all_blocks;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

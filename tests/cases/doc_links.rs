@@ -2,6 +2,10 @@
 //! names a heading of that file as GitHub slugs it. The README is a front door that points into
 //! the documents; a section renamed or moved in one of them must not leave a dead link behind.
 //! Links inside code (fenced blocks, inline code) are text, not links, and are not checked.
+//!
+//! The same holds for contributing.md's layout, where a newcomer looks a test file up: every
+//! file of `tests/cases/` and `tests/support/` has its row there, and every `tests/` path a row
+//! names exists.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -198,6 +202,103 @@ fn every_relative_link_in_the_docs_resolves() {
     );
 }
 
+/// The rows of the tables in a document's `## Layout` section (up to the next `## ` heading):
+/// each row's first cell, and the rest of the row.
+fn layout_rows(doc: &str) -> Vec<(String, String)> {
+    doc.lines()
+        .skip_while(|l| l.trim_end() != "## Layout")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| {
+            let (first, rest) = l.strip_prefix('|')?.split_once('|')?;
+            Some((first.trim().to_string(), rest.to_string()))
+        })
+        .collect()
+}
+
+/// The code spans of a cell: `a.rs` and `b/` of "`a.rs`, `b/` and c".
+fn code_spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// What the layout lacks: the files (paths from the repository's root) no row names, and the
+/// `tests/` paths rows name that `exists` denies. A row names a file by its path in its first
+/// cell, or by its folder there (`tests/support/chaos/`) and its file name in the rest of the
+/// row (`recorder.rs`).
+fn layout_gaps(
+    doc: &str,
+    files: &[String],
+    exists: impl Fn(&str) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let rows = layout_rows(doc);
+    let unnamed = files
+        .iter()
+        .filter(|file| {
+            let (dir, name) = file.rsplit_once('/').unwrap();
+            let folder = format!("{dir}/");
+            !rows.iter().any(|(first, rest)| {
+                let spans = code_spans(first);
+                spans.contains(&file.as_str())
+                    || (spans.contains(&folder.as_str()) && code_spans(rest).contains(&name))
+            })
+        })
+        .cloned()
+        .collect();
+    let mut named = Vec::new();
+    for (first, rest) in &rows {
+        for span in code_spans(first) {
+            if !span.starts_with("tests/") || span.contains('*') {
+                continue;
+            }
+            named.push(span.to_string());
+            if span.ends_with('/') {
+                // A folder's row: the file names in it are its files.
+                let own = code_spans(rest)
+                    .into_iter()
+                    .filter(|n| !n.contains('/') && n.contains('.') && !n.contains(' '));
+                named.extend(own.map(|n| format!("{span}{n}")));
+            }
+        }
+    }
+    let stale = named.into_iter().filter(|p| !exists(p)).collect();
+    (unnamed, stale)
+}
+
+/// The files under `dir` (a path from the repository's root), recursively, sorted.
+fn files_under(dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(root().join(dir)).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let entry = entry.unwrap();
+        let path = format!("{dir}/{}", entry.file_name().to_string_lossy());
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_test_file_has_its_row_in_the_layout() {
+    let doc = std::fs::read_to_string(root().join("docs/contributing.md")).unwrap();
+    let mut files = files_under("tests/cases");
+    files.extend(files_under("tests/support"));
+    assert!(
+        files.len() > 40,
+        "{} files under tests/cases and tests/support: is the listing broken?",
+        files.len()
+    );
+    let (unnamed, stale) = layout_gaps(&doc, &files, |p| root().join(p).exists());
+    assert!(
+        unnamed.is_empty() && stale.is_empty(),
+        "docs/contributing.md's ## Layout (one row per file or folder under tests/):\n\
+         files without a row: {unnamed:?}\n\
+         paths named that do not exist: {stale:?}"
+    );
+}
+
 #[test]
 fn doc_links_unit_slugs_and_parsing() {
     assert_eq!(
@@ -232,4 +333,22 @@ fn doc_links_unit_slugs_and_parsing() {
             .collect::<Vec<_>>(),
         ["x", "w"]
     );
+}
+
+#[test]
+fn doc_links_unit_layout_rows() {
+    let layout = "## Layout\n\n| path | what |\n|---|---|\n| `tests/a.rs`, `tests/b.c` | x |\n\
+                  | `tests/d/` | `mod.rs` the rest, `gone.rs` |\n| `tests/e-*.sh` | y |\n\n\
+                  ## Next\n\n| `tests/f.rs` | after the section |\n";
+    let files = [
+        "tests/a.rs",
+        "tests/b.c",
+        "tests/d/mod.rs",
+        "tests/d/new.rs",
+        "tests/f.rs",
+    ]
+    .map(String::from);
+    let (unnamed, stale) = layout_gaps(layout, &files, |p| files.iter().any(|f| f.starts_with(p)));
+    assert_eq!(unnamed, ["tests/d/new.rs", "tests/f.rs"]);
+    assert_eq!(stale, ["tests/d/gone.rs"]);
 }

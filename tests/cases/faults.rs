@@ -17,10 +17,6 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 /// How long each soak runs at scale 1.
 const SOAK: Duration = Duration::from_secs(4);
 

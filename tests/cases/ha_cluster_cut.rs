@@ -13,17 +13,12 @@
 //! rows.
 
 use crate::support::chaos::{Chaos, Job, Mode, Report, Rng};
-use crate::support::ha::{Promise, Runs};
+use crate::support::ha::{Promise, Runs, Topology};
 use crate::support::netns::{Net, Server};
-use crate::support::Lockrun;
-use crate::support::PATIENCE;
+use crate::support::{ms, PATIENCE};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 const PORT: u16 = 6379;
 /// `cluster-node-timeout`: a node unreachable this long is suspected, then failed over.
@@ -132,11 +127,6 @@ impl Cluster {
         self.nodes.iter().map(|s| s.socket.clone()).collect()
     }
 
-    fn url(&self) -> String {
-        let seeds: Vec<String> = self.nodes.iter().map(Server::addr).collect();
-        format!("redis+cluster://{}", seeds.join(","))
-    }
-
     /// The shard (0, 1, 2) that serves `key`.
     fn shard_of(&self, key: &str) -> usize {
         let slot: u16 = self.nodes[0].cmd(&["CLUSTER", "KEYSLOT", key]);
@@ -145,11 +135,16 @@ impl Cluster {
             .position(|(lo, hi)| (*lo..=*hi).contains(&slot))
             .unwrap()
     }
+}
 
-    /// `lockrun -r <cluster> <args> -- <job>` on `host`, the job run back in the test's
-    /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
-        self.net.lockrun(ch, host, &[self.url()], args, job)
+impl Topology for Cluster {
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    fn urls(&self) -> Vec<String> {
+        let seeds: Vec<String> = self.nodes.iter().map(Server::addr).collect();
+        vec![format!("redis+cluster://{}", seeds.join(","))]
     }
 }
 

@@ -12,17 +12,11 @@
 //! rows.
 
 use crate::support::chaos::{Chaos, Job, Mode, Report};
-use crate::support::ha::{Promise, Runs};
+use crate::support::ha::{Promise, Runs, Topology};
+use crate::support::ms;
 use crate::support::netns::{Net, Server};
-
-use crate::support::Lockrun;
 use std::path::PathBuf;
 use std::thread;
-use std::time::Duration;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 const PORT: u16 = 6379;
 /// The lock's TTL in every scenario (the node timeout is TTL/10, renewals every TTL/3).
@@ -62,16 +56,19 @@ impl Masters {
     fn sockets(&self) -> Vec<PathBuf> {
         self.nodes.iter().map(|s| s.socket.clone()).collect()
     }
+}
 
-    /// `lockrun -r redis://m1 -r redis://m2 … <args> -- <job>` on `host`, the job run back in
-    /// the test's namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
-        let urls: Vec<String> = self
-            .nodes
+impl Topology for Masters {
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    /// One per master: `-r redis://m1 -r redis://m2 …`.
+    fn urls(&self) -> Vec<String> {
+        self.nodes
             .iter()
             .map(|n| format!("redis://{}", n.addr()))
-            .collect();
-        self.net.lockrun(ch, host, &urls, args, job)
+            .collect()
     }
 }
 

@@ -10,17 +10,12 @@
 //! rows.
 
 use crate::support::chaos::{Chaos, Job, Mode, OnTerm, Report, Rng};
-use crate::support::ha::{Promise, Runs};
+use crate::support::ha::{Promise, Runs, Topology};
 use crate::support::netns::{Net, Server};
-use crate::support::Lockrun;
-use crate::support::PATIENCE;
+use crate::support::{ms, PATIENCE};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// The lock's TTL in every scenario: its request timeout and loss grace are a third of it.
 const TTL: u64 = 3000;
@@ -96,11 +91,6 @@ impl Set {
         }
     }
 
-    fn url(&self) -> String {
-        let addrs: Vec<String> = self.sentinels.iter().map(Server::addr).collect();
-        format!("redis+sentinel://{}/{SERVICE}", addrs.join(","))
-    }
-
     fn sockets(&self) -> Vec<PathBuf> {
         self.data.iter().map(|s| s.socket.clone()).collect()
     }
@@ -121,11 +111,16 @@ impl Set {
             .find(|n| named.iter().filter(|m| m == n).count() >= 2)
             .cloned()
     }
+}
 
-    /// `lockrun -r <sentinels> <args> -- <job>` on `host`, the job run back in the test's
-    /// namespace so that it reaches the recorder.
-    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
-        self.net.lockrun(ch, host, &[self.url()], args, job)
+impl Topology for Set {
+    fn net(&self) -> &Net {
+        &self.net
+    }
+
+    fn urls(&self) -> Vec<String> {
+        let addrs: Vec<String> = self.sentinels.iter().map(Server::addr).collect();
+        vec![format!("redis+sentinel://{}/{SERVICE}", addrs.join(","))]
     }
 }
 

@@ -50,7 +50,7 @@ fn request_timeout(ttl: Duration) -> Duration {
 }
 
 /// Milliseconds from `a` to `b` (negative when `b` is earlier), to 0.1 ms.
-fn ms(a: SystemTime, b: SystemTime) -> f64 {
+fn ms_between(a: SystemTime, b: SystemTime) -> f64 {
     let d = match b.duration_since(a) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
@@ -58,7 +58,7 @@ fn ms(a: SystemTime, b: SystemTime) -> f64 {
     (d * 10_000.0).round() / 10.0
 }
 
-/// A duration in (fractional) milliseconds, to compare with `ms`.
+/// A duration in (fractional) milliseconds, to compare with `ms_between`.
 fn ms_of(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -213,7 +213,7 @@ impl Held {
     fn outlived_ttl(&self, ttl: Duration) -> Option<f64> {
         let bound = self.first + ttl + Duration::from_millis(1);
         let end = self.lease_end();
-        (end > bound).then(|| ms(self.first + ttl, end))
+        (end > bound).then(|| ms_between(self.first + ttl, end))
     }
 
     /// The latest the lease can have ended on the server: at its expiry (Redis treats a key
@@ -229,7 +229,7 @@ impl Held {
     fn vs(&self, gone: SystemTime) -> String {
         format!(
             "its lease ended on the server {} ms after the job was gone",
-            ms(gone, self.lease_end())
+            ms_between(gone, self.lease_end())
         )
     }
 
@@ -241,7 +241,7 @@ impl Held {
         c.check(end > gone, || {
             format!(
                 "the job was still running {} ms after its lease ended on the server",
-                ms(end, gone)
+                ms_between(end, gone)
             )
         });
     }
@@ -376,8 +376,8 @@ impl Next {
         match (self.acquired, self.began) {
             (Some(a), Some(b)) => format!(
                 "{} ms before the next holder acquired the lock, {} ms before its job began",
-                ms(gone, a),
-                ms(gone, b)
+                ms_between(gone, a),
+                ms_between(gone, b)
             ),
             _ => format!("the next holder never ran (exit {:?})", self.status.code()),
         }
@@ -399,8 +399,8 @@ impl Next {
                 format!(
                     "the job was still running {} ms after the next holder acquired the lock \
                      ({} ms into its job)",
-                    -ms(gone, a),
-                    -ms(gone, b)
+                    -ms_between(gone, a),
+                    -ms_between(gone, b)
                 )
             });
         }
@@ -504,15 +504,15 @@ fn acquire_late(name: &str, fault: Fault) {
     let orphan = redis.exists(KEY);
     let held = held_by(&keys.stop(), pid).expect("the first lockrun's key was seen");
     let (first_seen, last_seen) = (held.first, held.last);
-    let lived = ms(first_seen, held.lease_end());
+    let lived = ms_between(first_seen, held.lease_end());
     let rival_began = began(&begin);
-    let rival_waited = rival_began.map(|b| ms(first_seen, b));
+    let rival_waited = rival_began.map(|b| ms_between(first_seen, b));
     eprintln!(
         "scenario={name} first lockrun exited {:?} after {} ms, command started: {}; its key \
          lived {lived} ms on the server (TTL {} ms); the direct rival exited {:?}, its job began \
          {rival_waited:?} ms after that key appeared",
         status.code(),
-        ms(t0, exited),
+        ms_between(t0, exited),
         marker.exists(),
         ttl.as_millis(),
         rival_status.code(),
@@ -581,8 +581,8 @@ fn faults_net_acquire_reply_dropped() {
     let orphan = redis.exists(KEY);
     let held =
         held_by(&keys.stop(), pid).expect("the server did set the key (only replies are dropped)");
-    let lived = ms(held.first, held.lease_end());
-    let took = ms(t0, exited);
+    let lived = ms_between(held.first, held.lease_end());
+    let took = ms_between(t0, exited);
     eprintln!(
         "scenario={name} lockrun exited {:?} after {took} ms (request timeout {} ms), command \
          started: {}; the key it was granted lived {lived} ms on the server (TTL {} ms)",
@@ -641,7 +641,7 @@ fn fault_while_running(name: &str, ttl: &str, job: &str, fault: Fault, exits: &[
     eprintln!(
         "scenario={name} lockrun exited {:?}; job gone {} ms after the fault, {}; {}",
         status.code(),
-        ms(faulted, gone),
+        ms_between(faulted, gone),
         next.margins(gone),
         held.vs(gone),
     );
@@ -739,7 +739,7 @@ fn slow_clock_partition(name: &str, ttl: Duration, rate: &str, after_renewal: bo
     eprintln!(
         "scenario={name} lockrun exited {:?}; job gone {} ms after the fault, {}; {}",
         status.code(),
-        ms(faulted, gone),
+        ms_between(faulted, gone),
         next.margins(gone),
         held.vs(gone),
     );

@@ -4,10 +4,26 @@
 //!
 //! Each run of a scenario is a [`Chaos`](super::chaos::Chaos) scenario of its own, whose
 //! [`Report`] already checked fences, exit codes and leftover keys; [`Runs`] adds the promise
-//! about overlaps across the runs.
+//! about overlaps across the runs. The partition suites' topologies (servers on a [`Net`])
+//! start their client hosts' lockruns through one [`Topology`] trait.
 
-use super::chaos::{append_row, Report};
+use super::chaos::{append_row, Chaos, Job, Report};
+use super::netns::Net;
+use super::Lockrun;
 use std::time::Duration;
+
+/// Servers on a private network that the client hosts' lockruns are pointed at.
+pub trait Topology {
+    fn net(&self) -> &Net;
+
+    /// The URLs a lockrun is given, one `-r` each.
+    fn urls(&self) -> Vec<String>;
+
+    /// A lockrun on `host` against these servers ([`Net::lockrun`] with [`Topology::urls`]).
+    fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
+        self.net().lockrun(ch, host, &self.urls(), args, job)
+    }
+}
 
 /// What the README promises about overlapping jobs in a scenario.
 #[derive(Clone, Copy, Debug)]

@@ -10,12 +10,15 @@ pub mod chaos;
 pub mod clockshim;
 pub mod cluster;
 pub mod cron;
+pub mod cron_standby;
+pub mod doc_blocks;
 pub mod fake;
 pub mod ha;
 pub mod lockrun;
 pub mod monitor;
 pub mod netns;
 pub mod proxy;
+pub mod redis_monitor;
 pub mod replication;
 pub mod sentinel;
 pub mod server;
@@ -36,6 +39,11 @@ use std::time::{Duration, Instant};
 
 /// Generous bound for anything a test waits on: the machines are shared and slow at times.
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// `n` milliseconds: the fault scenarios write their timings in them.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
 
 /// A server binary: the path in `var`, else `name` on PATH, else the cached copy in
 /// target/test-tools/; if none, the test fails with `how` (a lock test never skips).
@@ -411,6 +419,22 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
+}
+
+/// `(pgrp, state)` of a process, from /proc/<pid>/stat (after the command's closing paren).
+pub fn pgrp_and_state(pid: u32) -> Option<(u32, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(2)?.parse().ok()?, f.first()?.chars().next()?))
+}
+
+/// A process's command name (/proc/<pid>/comm), empty once it is gone.
+pub fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// A file in `dir` the test's commands append to; returns its lines.

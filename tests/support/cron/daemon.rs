@@ -1,509 +1,18 @@
-//! Real cron daemons, Debian's `cron` and busybox `crond`, as "hosts" for the crontab test
-//! (tests/cases/cron.rs): each in its own mount, UTS and PID namespace with its own spool, pid
-//! file, hostname, lockrun where one install channel puts it, a mail recorder in place of
-//! `/usr/sbin/sendmail` and, when asked, a clock skew from libfaketime. Plus the pure parts: the
-//! README's crontab block made into a test crontab, the job log, `lockrun history`, the tick a
-//! run belongs to, and the results table.
-//!
-//! Nothing of the host is modified: every mount lives in the daemon's private mount namespace
-//! (and is not written to `/run/mount/utab`), every file is in a temp dir.
+//! The daemons: Debian's `cron` and busybox `crond`, each a "host" in namespaces of its own,
+//! and the tools they need.
 
-use super::{descendants, kill, process_tree};
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
+use super::now;
+use crate::support::{comm, descendants, kill, pgrp_and_state, process_tree};
+use std::collections::BTreeSet;
 use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-/// The key of the README's crontab example; each configuration runs it under its own key.
-pub const README_KEY: &str = "nightly-report";
-/// The README's job; replaced by the test's job script.
-pub const README_JOB: &str = "/usr/local/bin/report.sh";
 /// Where Debian's cron lives (the crontab test fails without it: `bash tests/ensure-cron.sh`).
 pub const CRON: &str = "/usr/sbin/cron";
-
-/// Seconds since the epoch, by the real clock.
-pub fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-/// Sleeps until the real clock reads `t` (seconds since the epoch).
-pub fn sleep_until(t: f64) {
-    let left = t - now();
-    if left > 0.0 {
-        thread::sleep(Duration::from_secs_f64(left));
-    }
-}
-
-/// `HH:MM` (UTC) of a tick, for messages.
-pub fn hhmm(tick: i64) -> String {
-    let m = tick.rem_euclid(24 * 60);
-    format!("{:02}:{:02}", m / 60, m % 60)
-}
-
-/// The tick (minute since the epoch) a run or an attempt at real time `t` belongs to: the
-/// nearest minute. Debian's cron fires at :01 of its own clock's minute plus the fraction of a
-/// second it started at; a clock skewed by up to ±25 s moves that to between -24 s and +27 s of
-/// the real minute, still nearest to it (the test's skews are ±5 s).
-pub fn tick_of(t: f64) -> i64 {
-    (t / 60.0).round() as i64
-}
-
-// ---------------------------------------------------------------------------------------------
-// The README's crontab, made into the test's.
-
-/// The first ```` ```cron ```` fenced block under the `## Crontab` heading of the README (before
-/// the next `## ` heading): the lines the docs tell people to install.
-pub fn readme_crontab_block(readme: &str) -> Result<String, String> {
-    crontab_block(readme, "README.md", "## Crontab")
-}
-
-/// The first ```` ```cron ```` fenced block of `doc` (named `name` in errors) under the heading
-/// line `heading`, before the next heading of its level or above (`## Crontab` ends at the next
-/// `## ` or `# `): the lines that section tells people to install.
-pub fn crontab_block(doc: &str, name: &str, heading: &str) -> Result<String, String> {
-    fenced_block(doc, name, heading, "cron")
-}
-
-/// The first fenced block with info string `info` of `doc` (named `name` in errors) under the
-/// heading line `heading`, before the next heading of its level or above.
-pub fn fenced_block(doc: &str, name: &str, heading: &str, info: &str) -> Result<String, String> {
-    let level = heading.chars().take_while(|c| *c == '#').count();
-    let ends_section = |l: &str| {
-        let hashes = l.chars().take_while(|c| *c == '#').count();
-        (1..=level).contains(&hashes) && l[hashes..].starts_with(' ')
-    };
-    let fence = format!("```{info}");
-    let mut lines = doc.lines();
-    lines
-        .by_ref()
-        .find(|l| l.trim_end() == heading)
-        .ok_or(format!("{name} has no `{heading}` heading"))?;
-    let mut block = None;
-    for line in lines.by_ref() {
-        if ends_section(line) {
-            break;
-        }
-        if line.trim_end() == fence {
-            block = Some(String::new());
-            break;
-        }
-    }
-    let mut block = block.ok_or(format!("no {fence} block under `{heading}` in {name}"))?;
-    for line in lines {
-        if line.trim_end() == "```" {
-            return Ok(block);
-        }
-        block.push_str(line);
-        block.push('\n');
-    }
-    Err(format!(
-        "the {fence} block under `{heading}` in {name} is not closed"
-    ))
-}
-
-/// `NAME=value`, a crontab environment line.
-fn env_line(line: &str) -> Option<(&str, &str)> {
-    let (name, value) = line.split_once('=')?;
-    let name = name.trim();
-    let ok = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    ok.then_some((name, value.trim()))
-}
-
-/// The line without the options that keep the key after the job (`--every D`, `--min-hold D`,
-/// also as `--opt=D`): the control's line. `None` if it has none (the control would be the same
-/// line, proving nothing).
-pub fn without_hold(line: &str) -> Option<String> {
-    let mut out = Vec::new();
-    let mut tokens = line.split_whitespace();
-    let mut removed = false;
-    while let Some(t) = tokens.next() {
-        if t == "--" {
-            out.push(t);
-            out.extend(tokens.by_ref());
-            break;
-        }
-        if t == "--every" || t == "--min-hold" {
-            tokens.next();
-            removed = true;
-        } else if t.starts_with("--every=") || t.starts_with("--min-hold=") {
-            removed = true;
-        } else {
-            out.push(t);
-        }
-    }
-    removed.then(|| out.join(" "))
-}
-
-/// What the README's block becomes for one configuration.
-pub struct CrontabSpec<'a> {
-    /// The test server's URL, for every Redis URL the block names (on the line, or as the value
-    /// of an environment line).
-    pub url: &'a str,
-    /// The configuration's key, for [`README_KEY`].
-    pub key: &'a str,
-    /// The job script, for [`README_JOB`].
-    pub job: &'a Path,
-    /// Instead of the README's schedule line (LOCKRUN_CRON_LINE).
-    pub line: Option<&'a str>,
-    /// The control: the line without its hold ([`without_hold`]).
-    pub control: bool,
-    /// Lines appended as they are (the mail capture check).
-    pub extra: &'a [String],
-    /// Options put on the line before the key, as they are (the standby test's `--ttl`).
-    pub options: &'a [&'a str],
-}
-
-/// A Redis URL token (the value of `-r`, `--redis=` or an environment line).
-fn is_url(t: &str) -> bool {
-    [
-        "redis://",
-        "rediss://",
-        "valkey://",
-        "valkeys://",
-        "unix://",
-        "redis+",
-        "rediss+",
-    ]
-    .iter()
-    .any(|p| t.starts_with(p))
-}
-
-/// The test crontab: the README's block as it is, with the test's URL, key and job (and, when
-/// asked, line), then `extra`. Nothing is added: no `PATH=` (cron's own PATH is what the line
-/// meets on a user's host) and no `LOCKRUN_*=` line (busybox crond would not pass it anyway).
-/// Errors say what the block lacks.
-pub fn build_crontab(block: &str, spec: &CrontabSpec) -> Result<String, String> {
-    let is_schedule = |l: &str| {
-        let t = l.trim();
-        !t.is_empty() && !t.starts_with('#') && env_line(t).is_none()
-    };
-    let schedules: Vec<&str> = block.lines().filter(|l| is_schedule(l)).collect();
-    if schedules.len() != 1 || !schedules[0].contains("lockrun") {
-        return Err(format!(
-            "the README's crontab block should have exactly one schedule line, running lockrun; \
-             it has {schedules:?}"
-        ));
-    }
-    let mut url_named = false;
-    let mut out = String::new();
-    for line in block.lines() {
-        if let Some((name, value)) = env_line(line.trim()).filter(|_| !line.starts_with('#')) {
-            if is_url(value) {
-                url_named = true;
-                writeln!(out, "{name}={}", spec.url).unwrap();
-            } else {
-                writeln!(out, "{line}").unwrap();
-            }
-            continue;
-        }
-        if !is_schedule(line) {
-            writeln!(out, "{line}").unwrap();
-            continue;
-        }
-        let mut sched = spec.line.unwrap_or(line).trim().to_string();
-        if !sched.starts_with("* * * * * ") {
-            return Err(format!(
-                "the crontab line {sched:?} does not run every minute: the test counts one tick a \
-                 minute"
-            ));
-        }
-        if spec.control {
-            sched = without_hold(&sched).ok_or_else(|| {
-                format!(
-                    "the crontab line {sched:?} has no --every or --min-hold to drop for the \
-                     control: without a hold the line runs the job on several hosts a minute"
-                )
-            })?;
-        }
-        let mut tokens: Vec<String> = sched.split_whitespace().map(str::to_string).collect();
-        if !tokens.iter().any(|t| t == README_KEY) {
-            return Err(format!(
-                "the crontab line {sched:?} has no key {README_KEY:?} to replace (update \
-                 README_KEY in tests/support/cron.rs)"
-            ));
-        }
-        if !tokens.iter().any(|t| t == README_JOB) {
-            return Err(format!(
-                "the crontab line {sched:?} does not run {README_JOB} (update README_JOB in \
-                 tests/support/cron.rs)"
-            ));
-        }
-        // The command: lockrun, after any `NAME=value` the shell assigns for it.
-        let command = tokens[5..].iter().find(|t| env_line(t).is_none());
-        if !command.is_some_and(|t| t == "lockrun" || t.ends_with("/lockrun")) {
-            return Err(format!(
-                "the crontab line {sched:?} does not run lockrun as its command"
-            ));
-        }
-        let key_at = tokens.iter().position(|t| t == README_KEY).unwrap();
-        for (k, option) in spec.options.iter().enumerate() {
-            tokens.insert(key_at + k, option.to_string());
-        }
-        for t in tokens.iter_mut() {
-            if t == README_KEY {
-                *t = spec.key.into();
-            } else if t == README_JOB {
-                *t = spec.job.display().to_string();
-            } else if is_url(t) {
-                url_named = true;
-                *t = spec.url.into();
-            } else if let Some(v) = t.strip_prefix("--redis=") {
-                url_named |= !v.is_empty();
-                *t = format!("--redis={}", spec.url);
-            }
-        }
-        writeln!(out, "{}", tokens.join(" ")).unwrap();
-    }
-    if !url_named {
-        return Err(
-            "the README's crontab block names no Redis: lockrun would use its default, \
-             redis://127.0.0.1:6379, the host's own, so every host would run the job (and the \
-             test's server is elsewhere)"
-                .into(),
-        );
-    }
-    for line in spec.extra {
-        writeln!(out, "{line}").unwrap();
-    }
-    Ok(out)
-}
-
-// ---------------------------------------------------------------------------------------------
-// What the runs left: the job log and `lockrun history`.
-
-/// One line of the job log: a job ran on `host` from `start` to `end` (real clock, seconds).
-#[derive(Clone, Debug, PartialEq)]
-pub struct JobRun {
-    pub host: String,
-    pub start: f64,
-    pub end: f64,
-}
-
-/// The job log: one `<hostname> <start> <end>` line per run.
-pub fn parse_job_log(text: &str) -> Result<Vec<JobRun>, String> {
-    text.lines()
-        .map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let num = |s: &str| s.parse::<f64>().ok();
-            match f[..] {
-                [host, start, end] => match (num(start), num(end)) {
-                    (Some(start), Some(end)) if start <= end => Ok(JobRun {
-                        host: host.to_string(),
-                        start,
-                        end,
-                    }),
-                    _ => Err(format!("job log line {line:?}: bad times")),
-                },
-                _ => Err(format!("job log line {line:?}: not `host start end`")),
-            }
-        })
-        .collect()
-}
-
-/// One entry of `lockrun history --json`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HistoryEntry {
-    pub outcome: String,
-    pub host: String,
-    /// When it was recorded (server clock, ms): the end of a run, the attempt of a skip.
-    pub time_ms: u64,
-    /// From lockrun's start (waiting included) to `time_ms`.
-    pub duration_ms: u64,
-    pub exit_code: Option<i64>,
-    /// `--standby`: which attempt at its tick the run was (absent for a first attempt that
-    /// completed it, and for skips).
-    pub attempt: Option<i64>,
-    pub fence: Option<u64>,
-}
-
-impl HistoryEntry {
-    /// When the lockrun that wrote it started (seconds).
-    pub fn start(&self) -> f64 {
-        self.time_ms.saturating_sub(self.duration_ms) as f64 / 1000.0
-    }
-}
-
-pub fn parse_history(json: &str) -> Result<Vec<HistoryEntry>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| format!("history --json: {e}: {json:?}"))?;
-    let arr = v
-        .as_array()
-        .ok_or(format!("history --json: not a list: {json:?}"))?;
-    arr.iter()
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().map(str::to_string);
-            let n = |k: &str| e[k].as_u64();
-            match (s("outcome"), s("host"), n("time_ms"), n("duration_ms")) {
-                (Some(outcome), Some(host), Some(time_ms), Some(duration_ms)) => Ok(HistoryEntry {
-                    outcome,
-                    host,
-                    time_ms,
-                    duration_ms,
-                    exit_code: e["exit_code"].as_i64(),
-                    attempt: e["attempt"].as_i64(),
-                    fence: e["fence"].as_u64(),
-                }),
-                _ => Err(format!(
-                    "history entry without outcome/host/time_ms/duration_ms: {e}"
-                )),
-            }
-        })
-        .collect()
-}
-
-/// The key's `lockrun history`, every entry once: read after each tick and at the end, as the
-/// stream keeps only about the last 100 runs (`--history`, which the README's line leaves at its
-/// default) and a long run has more.
-#[derive(Default)]
-pub struct HistoryLog {
-    entries: BTreeMap<(u64, String, u64, String), HistoryEntry>,
-    pub problems: Vec<String>,
-}
-
-impl HistoryLog {
-    pub fn read(&mut self, key: &str, url: &str) {
-        let mut cmd = super::Lockrun::bare();
-        cmd.args(["history", key, "--json", "-n", "10000", "-r", url]);
-        let out = super::run(cmd);
-        if !out.status.success() {
-            self.problems.push(format!(
-                "lockrun history failed: {}",
-                super::stderr_of(&out)
-            ));
-            return;
-        }
-        match parse_history(&super::stdout_of(&out)) {
-            Ok(entries) => {
-                for e in entries {
-                    let id = (e.time_ms, e.host.clone(), e.duration_ms, e.outcome.clone());
-                    self.entries.insert(id, e);
-                }
-            }
-            Err(e) => self.problems.push(e),
-        }
-    }
-
-    /// Newest first, as `lockrun history` prints them.
-    pub fn entries(&self) -> Vec<HistoryEntry> {
-        self.entries.values().rev().cloned().collect()
-    }
-}
-
-/// How far apart a `ran` entry's start and its job-log line's may be (lockrun starting up and
-/// connecting before the job's first `date`, on a loaded machine).
-pub const MATCH_SECS: f64 = 2.0;
-
-/// Checks that `lockrun history` and the job log tell the same story: each `ran` entry (exit 0)
-/// is one job-log line of the same host starting within [`MATCH_SECS`], and no line is left
-/// over; no outcome other than `ran` and `skipped`. Returns the disagreements.
-pub fn match_history(runs: &[JobRun], history: &[HistoryEntry]) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut matched = vec![false; runs.len()];
-    let ran: Vec<&HistoryEntry> = history.iter().filter(|e| e.outcome == "ran").collect();
-    for e in &ran {
-        let best = runs
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| !matched[*i] && r.host == e.host)
-            .map(|(i, r)| (i, (r.start - e.start()).abs()))
-            .filter(|(_, d)| *d <= MATCH_SECS)
-            .min_by(|a, b| a.1.total_cmp(&b.1));
-        match best {
-            Some((i, _)) => matched[i] = true,
-            None => problems.push(format!(
-                "tick {}: history has a run on {} started at {:.3} with no job-log line",
-                hhmm(tick_of(e.start())),
-                e.host,
-                e.start()
-            )),
-        }
-        if e.exit_code != Some(0) {
-            problems.push(format!(
-                "history: a run ended with exit code {:?}: {e:?}",
-                e.exit_code
-            ));
-        }
-    }
-    for (r, _) in runs.iter().zip(&matched).filter(|(_, m)| !**m) {
-        problems.push(format!(
-            "tick {}: job-log line {} {:.3} has no `ran` entry in the history",
-            hhmm(tick_of(r.start)),
-            r.host,
-            r.start
-        ));
-    }
-    if ran.len() != runs.len() {
-        problems.push(format!(
-            "{} `ran` entries in the history, {} job-log lines",
-            ran.len(),
-            runs.len()
-        ));
-    }
-    for e in history
-        .iter()
-        .filter(|e| e.outcome != "ran" && e.outcome != "skipped")
-    {
-        problems.push(format!(
-            "history: unexpected outcome {:?}: {e:?}",
-            e.outcome
-        ));
-    }
-    problems
-}
-
-/// Runs per tick → number of ticks, over `ticks` (a tick without runs counts as 0).
-pub fn histogram(runs: &[JobRun], ticks: &BTreeSet<i64>) -> BTreeMap<usize, usize> {
-    let mut per_tick: BTreeMap<i64, usize> = ticks.iter().map(|t| (*t, 0)).collect();
-    for r in runs {
-        if let Some(n) = per_tick.get_mut(&tick_of(r.start)) {
-            *n += 1;
-        }
-    }
-    let mut hist = BTreeMap::new();
-    for n in per_tick.values() {
-        *hist.entry(*n).or_insert(0) += 1;
-    }
-    hist
-}
-
-/// One row of the results table.
-#[derive(Clone)]
-pub struct Row {
-    pub configuration: String,
-    /// Each host's daemon and where lockrun is.
-    pub hosts: String,
-    pub minutes: usize,
-    pub histogram: BTreeMap<usize, usize>,
-    pub mails: String,
-}
-
-/// The results table (markdown), after a caption line.
-pub fn table(caption: &str, rows: &[Row]) -> String {
-    let mut t = format!(
-        "{caption}\n\n| configuration | hosts (daemon, where lockrun is) | minutes observed | runs per minute (runs: minutes) | mails |\n|---|---|---|---|---|\n"
-    );
-    for r in rows {
-        writeln!(
-            t,
-            "| {} | {} | {} | {:?} | {} |",
-            r.configuration, r.hosts, r.minutes, r.histogram, r.mails
-        )
-        .unwrap();
-    }
-    t
-}
-
-// ---------------------------------------------------------------------------------------------
-// The daemons.
 
 /// The cron a host runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -600,7 +109,7 @@ pub fn preflight() -> Tools {
         "{CRON} not found: the cron test runs Debian's cron daemon. `bash tests/ensure-cron.sh` \
          installs it (and libfaketime, busybox-static) without starting the host's cron service"
     );
-    let libfaketime = super::clockshim::libfaketime();
+    let libfaketime = crate::support::clockshim::libfaketime();
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .iter()
         .map(PathBuf::from)
@@ -735,7 +244,7 @@ pub struct DaemonSpec<'a> {
     /// The daemon's clock minus the real one, in seconds (0: no libfaketime at all).
     pub skew_s: i32,
     pub tools: &'a Tools,
-    /// A network namespace to run in (`/run/netns/<name>`, a [`super::netns::Net`] host's), so
+    /// A network namespace to run in (`/run/netns/<name>`, a [`crate::support::netns::Net`] host's), so
     /// that a test can cut the host off; `None`: the test's own network.
     pub netns: Option<&'a Path>,
 }
@@ -1070,6 +579,59 @@ impl CronDaemon {
         pids
     }
 
+    /// The host's lockrun that runs a job, and the job's process group.
+    pub fn lockrun_and_job(&self) -> Result<(u32, u32), String> {
+        let found: Vec<(u32, u32)> = self
+            .processes()
+            .into_iter()
+            .filter(|p| comm(*p) == "lockrun")
+            .filter_map(|p| {
+                let kid = descendants(p).first().copied()?;
+                Some((p, pgrp_and_state(kid)?.0))
+            })
+            .collect();
+        match found[..] {
+            [one] => Ok(one),
+            _ => Err(format!(
+                "{}: {} lockruns running a job (one expected):\n{}",
+                self.host,
+                found.len(),
+                self.processes()
+                    .iter()
+                    .map(|p| format!("  {p} {}\n", comm(*p)))
+                    .collect::<String>()
+            )),
+        }
+    }
+
+    /// Whether a process of the group is alive (a zombie is not: it only waits to be reaped).
+    pub fn group_alive(&self, pgid: u32) -> bool {
+        self.processes()
+            .into_iter()
+            .filter_map(pgrp_and_state)
+            .any(|(g, state)| g == pgid && state != 'Z')
+    }
+
+    /// SIGSTOP to every process of the host until no new one appears; returns them.
+    pub fn freeze(&self) -> Vec<u32> {
+        let mut stopped: BTreeSet<u32> = BTreeSet::new();
+        loop {
+            let new: Vec<u32> = self
+                .processes()
+                .into_iter()
+                .filter(|p| !stopped.contains(p))
+                .collect();
+            if new.is_empty() {
+                return stopped.into_iter().collect();
+            }
+            for p in new {
+                // From the parent PID namespace SIGSTOP reaches its init too.
+                kill(p, libc::SIGSTOP);
+                stopped.insert(p);
+            }
+        }
+    }
+
     /// Still running?
     pub fn check_alive(&mut self) -> Result<(), String> {
         match self.unshare.try_wait().unwrap() {
@@ -1127,7 +689,7 @@ impl CronDaemon {
                 let _ = self.unshare.kill();
             }
         }
-        if super::wait_timeout(&mut self.unshare, Duration::from_secs(10)).is_none() {
+        if crate::support::wait_timeout(&mut self.unshare, Duration::from_secs(10)).is_none() {
             let _ = self.unshare.kill();
             let _ = self.unshare.wait();
         }
