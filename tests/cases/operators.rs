@@ -71,12 +71,6 @@ impl Held {
     }
 }
 
-fn history(redis: &Server, key: &str) -> Vec<serde_json::Value> {
-    let out = verb(redis, "history", &[key, "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    json_of(&out).as_array().unwrap().clone()
-}
-
 fn outcomes(entries: &[serde_json::Value]) -> Vec<String> {
     entries
         .iter()

@@ -60,18 +60,15 @@ fn runs(dir: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn history(redis: &Server) -> Vec<serde_json::Value> {
-    let mut cmd = Lockrun::on(redis);
-    cmd.args(["history", "--json", "tick"]);
-    let out = run(cmd);
-    let v: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
-    let mut runs = v.as_array().unwrap().clone();
+/// The tick key's history, oldest first.
+fn tick_history(redis: &Server) -> Vec<serde_json::Value> {
+    let mut runs = history(redis, "tick");
     runs.reverse();
     runs
 }
 
 fn outcomes(redis: &Server) -> Vec<(String, Option<i64>)> {
-    history(redis)
+    tick_history(redis)
         .iter()
         .map(|r| {
             (
@@ -432,7 +429,7 @@ fn a_command_not_found_hands_the_tick_on_and_both_attempts_are_recorded() {
         err.contains("did not complete it; running it here"),
         "{err}"
     );
-    let entries = history(&redis);
+    let entries = tick_history(&redis);
     assert_eq!(
         entries
             .iter()

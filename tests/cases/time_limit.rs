@@ -10,16 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// `lockrun history KEY --json`: each run's (outcome, exit code), newest first.
-fn history(redis: &Server, key: &str) -> Vec<(String, Option<i64>)> {
-    let mut cmd = Lockrun::bare();
-    cmd.args(["history", "--json", "-r"])
-        .arg(redis.url())
-        .arg(key);
-    let out = run(cmd);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let runs: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
-    runs.as_array()
-        .unwrap()
+fn runs(redis: &Server, key: &str) -> Vec<(String, Option<i64>)> {
+    history(redis, key)
         .iter()
         .map(|r| {
             (
@@ -77,7 +69,7 @@ fn time_limit_stops_a_job_that_runs_too_long_and_exits_124() {
     // `sleep` died of the SIGTERM: no SIGKILL was needed.
     assert!(!err.contains("SIGKILL"), "{err}");
     assert!(!redis.exists("limited"), "released");
-    assert_eq!(history(&redis, "limited"), [entry("timeout", 124)]);
+    assert_eq!(runs(&redis, "limited"), [entry("timeout", 124)]);
     let text = std::fs::read_to_string(&metrics).unwrap();
     for line in [
         "lockrun_last_run_outcome{key=\"limited\",outcome=\"timeout\"} 1",
@@ -159,7 +151,7 @@ fn time_limit_releases_the_key_only_after_a_child_ignoring_sigterm_is_killed() {
         "{err}"
     );
     assert!(gone(pid));
-    assert_eq!(history(&redis, "stubborn"), [entry("timeout", 124)]);
+    assert_eq!(runs(&redis, "stubborn"), [entry("timeout", 124)]);
 }
 
 #[test]
@@ -179,7 +171,7 @@ fn time_limit_a_job_that_finishes_under_it_exits_with_its_own_code() {
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(!err.contains("time limit"), "{err}");
-    assert_eq!(history(&redis, "under"), [entry("ran", 3)]);
+    assert_eq!(runs(&redis, "under"), [entry("ran", 3)]);
 }
 
 /// A timed-out run ran: with `--every` its tick's hold stays, so no other host runs the job
@@ -204,7 +196,7 @@ fn time_limit_with_every_a_timed_out_run_keeps_its_tick() {
     let out = line("true");
     assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
     assert_eq!(
-        history(&redis, "tick")
+        runs(&redis, "tick")
             .into_iter()
             .map(|(o, _)| o)
             .collect::<Vec<_>>(),
@@ -253,7 +245,7 @@ fn time_limit_does_not_count_the_wait() {
     assert_eq!(status.code(), Some(7), "its own code, not 124: {err}");
     assert!(took >= Duration::from_secs(3), "it waited: {took:?}");
     assert!(!err.contains("time limit"), "{err}");
-    assert_eq!(history(&redis, "queued")[0], entry("ran", 7));
+    assert_eq!(runs(&redis, "queued")[0], entry("ran", 7));
 }
 
 /// A nested lockrun of the same key runs reentrantly; its own limit stops its own command,
@@ -278,7 +270,7 @@ fn time_limit_applies_to_a_nested_run() {
         "{err}"
     );
     // The outer run ran its command, which exited 124.
-    assert_eq!(history(&redis, "nested"), [entry("ran", 124)]);
+    assert_eq!(runs(&redis, "nested"), [entry("ran", 124)]);
 }
 
 /// A timed-out run whose release finds its key gone (deleted by `release --force` while the
@@ -329,7 +321,7 @@ fn time_limit_a_key_gone_at_release_makes_the_run_lost() {
     assert_eq!(status.code(), Some(124), "{err}");
     assert!(err.contains("ERROR redis lock lost"), "{err}");
     assert_eq!(
-        history(&redis, "gone"),
+        runs(&redis, "gone"),
         [entry("lost", 124), ("released".to_string(), None)]
     );
     let text = std::fs::read_to_string(&metrics).unwrap();
@@ -368,7 +360,7 @@ fn time_limit_still_stops_a_job_that_runs_on_after_losing_its_lock() {
     assert_eq!(status.code(), Some(124), "{err}");
     assert!(start.elapsed() < Duration::from_secs(10), "{err}");
     assert!(err.contains("time limit of 2s reached"), "{err}");
-    assert_eq!(history(&redis, "on-lost"), [entry("lost", 124)]);
+    assert_eq!(runs(&redis, "on-lost"), [entry("lost", 124)]);
 }
 
 /// `--time-limit` and `LOCKRUN_TIME_LIMIT`: 0, negative, empty on the line, garbage are usage

@@ -82,6 +82,16 @@ impl From<Lockrun> for Command {
     }
 }
 
+/// `lockrun history --json KEY` on `server`: the key's runs, newest first (it must exit 0).
+pub fn history(server: &Server, key: &str) -> Vec<serde_json::Value> {
+    let mut cmd = Lockrun::on(server);
+    cmd.args(["history", "--json", key]);
+    let out = super::run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", super::stderr_of(&out));
+    let runs: serde_json::Value = serde_json::from_str(&super::stdout_of(&out)).unwrap();
+    runs.as_array().expect("a JSON array").clone()
+}
+
 pub fn lockrun_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_lockrun"))
 }

@@ -24,7 +24,7 @@ pub mod sentinel;
 pub mod server;
 
 pub use cluster::Cluster;
-pub use lockrun::{from_a_clean_caller, lockrun_bin, wait_for_go, Background, Lockrun};
+pub use lockrun::{from_a_clean_caller, history, lockrun_bin, wait_for_go, Background, Lockrun};
 pub use replication::{ReplicaSet, ReplicaSetOptions};
 pub use sentinel::{Sentinels, MASTER_NAME};
 pub use server::{Server, ServerOptions};
