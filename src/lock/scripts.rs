@@ -235,6 +235,31 @@ mod tests {
     }
 
     #[test]
+    fn every_scripts_sha1_is_pinned() {
+        // Servers cache scripts by SHA-1 and every request names one: a text that changes (a
+        // file moved into another script, a comment edited) is a new script to every server.
+        #[rustfmt::skip]
+        let pinned: [(&Script, &str); 13] = [
+            (&ACQUIRE, "fa91e85ce39a12b0709326e4a56c2288741b3e9e"),
+            (&RELEASE, "d2361a390dfb15f85415875fe4c5a7630e2cf7fa"),
+            (&ACQUIRE_TICK, "76af72053eb6d9dcd285a7dc4a5c57528bdb045a"),
+            (&RELEASE_TICK, "bb595046282430bbbffa0fde1c6ea966f5865b82"),
+            (&SEM_ACQUIRE, "92d7c5958e2517d96f658b9ec055784977dd9adb"),
+            (&SHARED_ACQUIRE, "92001e09dec0cc91cbdcff412195fc12981d7dac"),
+            (&SEM_RELEASE, "2cd18e21266096fb354d61685d6e5d6cdfc02252"),
+            (&LEAVE, "2f627240313b9f648fcc5d210ba2a8d17b61c569"),
+            (&FORCE_RELEASE, "94e060dbe0a74d7ce2f648bf099ce715339310e0"),
+            (&RENEW, "fca9b9126a7f00c7faf91546a29f94c89d22dda7"),
+            (&SEM_RENEW, "df1d7ef1b09b976e4342958c091bb1e6a312da98"),
+            (&HELD_BY, "f9668a328bb5d368f9922f9053c3d7ed75a91702"),
+            (&INSPECT, "fab1f3b18997074f393fefb70765d248e8241ab4"),
+        ];
+        for (script, sha) in pinned {
+            assert_eq!(script.sha(), sha, "{}", &script.text()[..80]);
+        }
+    }
+
+    #[test]
     fn no_script_names_its_publish_command() {
         // The command comes from an argument: a text that named one would be rewritten or
         // wrong on a Cluster.
