@@ -36,7 +36,7 @@ pub struct Inspection {
     pub tick: Option<TickView>,
 }
 
-/// The tick record of `--standby` (tick.lua), as `status` shows it.
+/// The tick record of `--standby` (lib/tick.lua), as `status` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TickView {
     /// The tick completed: no host runs it again.
@@ -74,7 +74,7 @@ pub struct Deleted {
     pub holders: Vec<String>,
 }
 
-/// One run in a key's history (see `note` in prelude.lua).
+/// One run in a key's history (see `note` in lib/prelude.lua).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// When it was written, in ms of the server's clock (the stream entry's id).
@@ -344,7 +344,7 @@ fn lock_name(suffix: &str) -> Option<String> {
 }
 
 /// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
-/// ahead of now): see `next_fence` in prelude.lua.
+/// ahead of now): see `next_fence` in lib/prelude.lua.
 pub(super) fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
     const Y2017_US: u64 = 1_483_228_800_000_000;
     (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))

@@ -20,9 +20,9 @@ pub(super) struct Keys {
     pub(super) tickets: String,
     /// The run history stream (`lockrun history`).
     pub(super) history: String,
-    /// The tick record of `--standby` (see tick.lua).
+    /// The tick record of `--standby` (see lib/tick.lua).
     pub(super) tick: String,
-    /// The shared holders of `--shared` (see shared_acquire.lua).
+    /// The shared holders of `--shared` (see acquire/shared.lua).
     pub(super) shared: String,
 }
 
@@ -40,7 +40,7 @@ impl Keys {
 }
 
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
-/// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
+/// then the entry's field/value pairs (see `note` in lib/prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never
 /// the token. `attempt`: the released lease's attempt at its tick (`None`: no lease, as for a
 /// skip or an operator's entry). With `--standby` both sides of a takeover say theirs: a run

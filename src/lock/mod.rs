@@ -51,7 +51,7 @@ pub struct LockSpec {
     /// `None`: an exclusive lock (a string key). `Some(n)`: a semaphore of n slots (a sorted set).
     pub limit: Option<u32>,
     /// `--shared`: the lock in shared mode, held alongside other shared holders but never with
-    /// an exclusive one (see shared_acquire.lua). Only without `limit`.
+    /// an exclusive one (see acquire/shared.lua). Only without `limit`.
     pub shared: bool,
     /// How many runs the key's history keeps (about; see [`Note`]); 0: none recorded.
     pub history: u32,
@@ -97,7 +97,7 @@ impl Outcome {
 
     /// Whether a run that ended so, and whose release then finds its key gone or another
     /// holder's, is `lost` instead: its job ran to that end, for a while without the lock.
-    /// `note` in prelude.lua rewrites the history entry by the same rule.
+    /// `note` in lib/prelude.lua rewrites the history entry by the same rule.
     pub fn lost_if_key_gone(self) -> bool {
         matches!(self, Outcome::Ran | Outcome::Timeout)
     }

@@ -402,7 +402,7 @@ mod tests {
     use crate::lock::failure::Cause;
     use crate::lock::redis::ConnectOptions;
     use crate::lock::scripts::mock::{array, error_reply, MockConnection};
-    use crate::lock::scripts::RENEW;
+    use crate::lock::scripts::RENEW_EXCLUSIVE;
     use std::time::Duration;
 
     fn new_lock() -> RedisLock {
@@ -412,7 +412,7 @@ mod tests {
 
     fn call() -> Call {
         Call {
-            script: &RENEW,
+            script: &RENEW_EXCLUSIVE,
             keys: vec!["job".into()],
             args: vec!["v".into(), "1000".into()],
         }
@@ -448,8 +448,8 @@ mod tests {
         ]);
         let (reply, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!((reply, acked), (Value::Int(5), Ok(())));
-        assert_eq!(conn.sent[0][..2], ["EVALSHA", RENEW.sha()]);
-        assert_eq!(conn.sent[1][..2], ["EVAL", RENEW.text()]);
+        assert_eq!(conn.sent[0][..2], ["EVALSHA", RENEW_EXCLUSIVE.sha()]);
+        assert_eq!(conn.sent[1][..2], ["EVAL", RENEW_EXCLUSIVE.text()]);
         assert_eq!(
             conn.sent[0][2..],
             conn.sent[1][2..],
@@ -460,11 +460,11 @@ mod tests {
         let (_, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!(acked, Ok(()));
         assert_eq!(conn.sent.len(), 3);
-        assert_eq!(conn.sent[2][..2], ["EVALSHA", RENEW.sha()]);
+        assert_eq!(conn.sent[2][..2], ["EVALSHA", RENEW_EXCLUSIVE.sha()]);
         // The server lost the others too: another script goes whole once (no NOSCRIPT round
         // trip), then by SHA-1.
         let release = Call {
-            script: &crate::lock::scripts::RELEASE,
+            script: &crate::lock::scripts::RELEASE_EXCLUSIVE,
             ..call()
         };
         for _ in 0..2 {

@@ -2,7 +2,8 @@
 //! semaphore): one request, one reply, since all answer alike.
 
 use super::{
-    as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE, SHARED_ACQUIRE,
+    as_int, as_string, Request, Script, ACQUIRE_EXCLUSIVE, ACQUIRE_SEMAPHORE, ACQUIRE_SHARED,
+    ACQUIRE_TICK,
 };
 use crate::lock::failure::Misuse;
 use crate::lock::keys::{wake_channel, Keys};
@@ -34,10 +35,10 @@ pub struct AcquireRequest<'a> {
 impl Request for AcquireRequest<'_> {
     fn script(&self) -> &'static Script {
         match (self.limit, self.tick, self.shared) {
-            (Some(_), _, _) => &SEM_ACQUIRE,
+            (Some(_), _, _) => &ACQUIRE_SEMAPHORE,
             (None, Some(_), _) => &ACQUIRE_TICK,
-            (None, None, true) => &SHARED_ACQUIRE,
-            (None, None, false) => &ACQUIRE,
+            (None, None, true) => &ACQUIRE_SHARED,
+            (None, None, false) => &ACQUIRE_EXCLUSIVE,
         }
     }
 
@@ -241,7 +242,7 @@ mod tests {
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:shared:{job}");
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), ACQUIRE.sha());
+        assert_eq!(call.script.sha(), ACQUIRE_EXCLUSIVE.sha());
         let call = request(None, None).call();
         assert_eq!(call.args, ["abc host=h pid=1", "1500", "abc", "0", "7"]);
     }
@@ -263,7 +264,7 @@ mod tests {
             "7",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SEM_ACQUIRE.sha());
+        assert_eq!(call.script.sha(), ACQUIRE_SEMAPHORE.sha());
     }
 
     #[test]
@@ -286,7 +287,7 @@ mod tests {
             "7",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SHARED_ACQUIRE.sha());
+        assert_eq!(call.script.sha(), ACQUIRE_SHARED.sha());
         // Its replies are a lock's: held shared reads as held by the earliest lease's holder.
         let (_, got) = run(
             &call,

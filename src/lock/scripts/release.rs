@@ -1,7 +1,7 @@
 //! release.lua (a lock) and sem_release.lua (a semaphore, and a lock's shared holders): one
 //! request, one reply.
 
-use super::{Request, Script, RELEASE, RELEASE_TICK, SEM_RELEASE};
+use super::{Request, Script, RELEASE_EXCLUSIVE, RELEASE_SEMAPHORE, RELEASE_TICK};
 use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 use std::time::Duration;
@@ -30,9 +30,9 @@ pub struct ReleaseRequest<'a> {
 impl Request for ReleaseRequest<'_> {
     fn script(&self) -> &'static Script {
         match (self.semaphore || self.shared, self.tick) {
-            (true, _) => &SEM_RELEASE,
+            (true, _) => &RELEASE_SEMAPHORE,
             (false, Some(_)) => &RELEASE_TICK,
-            (false, None) => &RELEASE,
+            (false, None) => &RELEASE_EXCLUSIVE,
         }
     }
 
@@ -136,7 +136,7 @@ mod tests {
             "ran",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SEM_RELEASE.sha());
+        assert_eq!(call.script.sha(), RELEASE_SEMAPHORE.sha());
     }
 
     #[test]
@@ -190,7 +190,11 @@ mod tests {
                 "ran",
             ];
             assert_eq!(sent, evalsha(&call, &keys, &args));
-            let script = if semaphore { &SEM_RELEASE } else { &RELEASE };
+            let script = if semaphore {
+                &RELEASE_SEMAPHORE
+            } else {
+                &RELEASE_EXCLUSIVE
+            };
             assert_eq!(call.script.sha(), script.sha());
         }
         // The time to keep rounds up to whole milliseconds.

@@ -1,7 +1,7 @@
 //! renew.lua (a lock) and sem_renew.lua (a semaphore's slot, a shared holder's place): one
 //! request, one reply.
 
-use super::{Request, Script, RENEW, SEM_RENEW};
+use super::{Request, Script, RENEW_EXCLUSIVE, RENEW_SEMAPHORE};
 use crate::lock::keys::Keys;
 use redis::Value;
 use std::time::Duration;
@@ -21,9 +21,9 @@ pub struct RenewRequest<'a> {
 impl Request for RenewRequest<'_> {
     fn script(&self) -> &'static Script {
         if self.semaphore || self.shared {
-            &SEM_RENEW
+            &RENEW_SEMAPHORE
         } else {
-            &RENEW
+            &RENEW_EXCLUSIVE
         }
     }
 
@@ -93,7 +93,7 @@ mod tests {
                 &["abc host=h pid=1", "30000"]
             )
         );
-        assert_eq!(call.script.sha(), SEM_RENEW.sha());
+        assert_eq!(call.script.sha(), RENEW_SEMAPHORE.sha());
     }
 
     #[test]
@@ -105,7 +105,11 @@ mod tests {
                 sent,
                 evalsha(&call, &["job"], &["abc host=h pid=1", "30000"])
             );
-            let script = if semaphore { &SEM_RENEW } else { &RENEW };
+            let script = if semaphore {
+                &RENEW_SEMAPHORE
+            } else {
+                &RENEW_EXCLUSIVE
+            };
             assert_eq!(call.script.sha(), script.sha());
         }
     }
