@@ -109,13 +109,8 @@ impl RedisLock {
     ) -> Result<Option<Deleted>, LockError> {
         self.check_key(key)?;
         let spec = LockSpec {
-            key: key.into(),
-            ttl: Duration::ZERO,
-            limit: None,
-            shared: false,
             history,
-            every: None,
-            tick: None,
+            ..LockSpec::new(key, Duration::ZERO)
         };
         let request = ForceReleaseRequest {
             key,

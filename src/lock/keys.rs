@@ -3,7 +3,7 @@
 //! (the lock's own value, the holder's, is [`super::holder`]'s). No I/O: the single-node
 //! protocol (redis.rs) and the operators' reads (inspect.rs) both build on these names.
 
-use super::{Holder, LockSpec, Note};
+use super::{Holder, LockKind, LockSpec, Note};
 
 /// Where release hints for `key` are published: named like the helper keys, so that on a
 /// Cluster the channel is in the lock's slot (sharded pub/sub from inside the scripts).
@@ -80,14 +80,14 @@ pub(super) fn history_args(
         args.extend(["every_ms".into(), every.as_millis().to_string()]);
     }
     let taken_over_or_handed_on = |&a: &u32| a > 1 || !note.completes_tick;
-    if let Some(attempt) = attempt
-        .filter(|_| spec.tick.is_some())
-        .filter(taken_over_or_handed_on)
-    {
-        args.extend(["attempt".into(), attempt.to_string()]);
-    }
-    if spec.shared {
-        args.extend(["mode".into(), "shared".into()]);
+    match spec.kind {
+        LockKind::Tick(_) => {
+            if let Some(attempt) = attempt.filter(taken_over_or_handed_on) {
+                args.extend(["attempt".into(), attempt.to_string()]);
+            }
+        }
+        LockKind::Shared => args.extend(["mode".into(), "shared".into()]),
+        LockKind::Exclusive | LockKind::Semaphore(_) => {}
     }
     args
 }

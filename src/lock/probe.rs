@@ -75,17 +75,9 @@ impl RedisLock {
     /// (the scripts are cached now). Then deletes the key's fencing counter, the one key a run
     /// leaves behind, and the key itself should a release have failed: it is doctor's own.
     pub async fn probe_lock(&mut self, key: &str) -> LockProbe {
-        let spec = LockSpec {
-            key: key.to_string(),
-            // Long enough for the slowest cycle the request timeout allows (NOSCRIPT, EVAL,
-            // release), short enough to be gone soon should the release not arrive.
-            ttl: (self.timeout * 4).max(Duration::from_secs(10)),
-            limit: None,
-            shared: false,
-            history: 0,
-            every: None,
-            tick: None,
-        };
+        // Long enough for the slowest cycle the request timeout allows (NOSCRIPT, EVAL,
+        // release), short enough to be gone soon should the release not arrive.
+        let spec = LockSpec::new(key, (self.timeout * 4).max(Duration::from_secs(10)));
         let holder = Holder::new(std::ffi::OsStr::new("lockrun-doctor"));
         self.by_sha_from_now(true);
         let first = self.cycle(&spec, &holder).await.map(|()| self.all_by_sha());

@@ -51,19 +51,10 @@ pub struct Call {
 }
 
 /// What each script's request says: which script, and its `KEYS` and `ARGV` in the order the
-/// script reads them (each `.lua` file's header lists them).
+/// script reads them (each `.lua` file's header lists them), built in one place, so that the
+/// script and its arguments are chosen together.
 pub trait Request {
-    fn script(&self) -> &'static Script;
-    fn keys(&self) -> Vec<String>;
-    fn args(&self) -> Vec<String>;
-
-    fn call(&self) -> Call {
-        Call {
-            script: self.script(),
-            keys: self.keys(),
-            args: self.args(),
-        }
-    }
+    fn call(&self) -> Call;
 }
 
 impl Call {

@@ -1,6 +1,6 @@
 //! inspect.lua: what `lockrun status` and `lockrun list` show about one key, read at once.
 
-use super::{as_int, as_string, Request, Script, INSPECT};
+use super::{as_int, as_string, Call, Request, INSPECT};
 use crate::lock::inspect::{held_since, Inspection, TickView};
 use crate::lock::keys::Keys;
 use redis::Value;
@@ -11,27 +11,23 @@ pub struct InspectRequest<'a> {
 }
 
 impl Request for InspectRequest<'_> {
-    fn script(&self) -> &'static Script {
-        &INSPECT
-    }
-
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
-    /// the tick record, KEYS[6] the shared holders.
-    fn keys(&self) -> Vec<String> {
+    /// the tick record, KEYS[6] the shared holders; no ARGV.
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
-        vec![
+        let keys = vec![
             self.key.into(),
             k.fence,
             k.queue,
             k.tickets,
             k.tick,
             k.shared,
-        ]
-    }
-
-    /// None.
-    fn args(&self) -> Vec<String> {
-        Vec::new()
+        ];
+        Call {
+            script: &INSPECT,
+            keys,
+            args: Vec::new(),
+        }
     }
 }
 
