@@ -2,7 +2,7 @@
 //! `scripts/`), its request built and its reply decoded there.
 
 use super::send::Failed;
-use super::{routing::Route, RedisLock, TICKET};
+use super::{link::Route, RedisLock, TICKET};
 use crate::lock::failure::{Kind, Misuse};
 use crate::lock::keys::{history_args, wake_channel};
 use crate::lock::scripts::acquire::{AcquireReply, AcquireRequest};

@@ -5,7 +5,8 @@
 //! the connector) rather than [`Connector`] itself, so that it is unit-tested against a fake
 //! connector: the tests below. `RedisLock` holds a `Router<Connector>` (static dispatch).
 
-use super::{link::Link, RedisLock};
+use super::link::{Link, Route};
+use super::RedisLock;
 use crate::lock::connect::{Conn, Connector, Fail, Primary, Wake};
 use crate::lock::LockError;
 use std::future::Future;
@@ -197,32 +198,6 @@ impl RedisLock {
             Unrouted::TimedOut(missing) => self.timed_out(missing),
         }
     }
-}
-
-/// Behind Sentinel, which primary a script must go to (elsewhere all alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Route {
-    /// The operators' commands: the connection's primary, as it was named when connecting
-    /// (one process, a few reads).
-    AsConnected,
-    /// The lock's scripts: the primary the sentinels' majority names for this one; without a
-    /// majority, unavailable (retried by the waiting loop, by the release, and by the
-    /// watchdog until the lease's deadline).
-    ///
-    /// Renewals too. A renewal that only the primary it is connected to confirms, while no
-    /// majority of the sentinels names that primary, proves nothing about the lease: that
-    /// primary may be the old one, cut off on the minority side of a partition with this
-    /// lockrun and one sentinel, while the majority has promoted a replica on which the key
-    /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
-    /// would keep the job running for as long as the partition lasts. So the
-    /// deadline moves only for a renewal confirmed by the primary a majority named just before
-    /// it was sent, and without a majority the renewal is not sent at all: it could not move
-    /// the deadline, its token check on that primary could only say what the primary the
-    /// majority follows may no longer hold, and a key it extended there would only outlive the
-    /// job the watchdog is about to stop (the release cannot reach it without a majority
-    /// either). The watchdog asks again until the deadline; the job is stopped before it ends
-    /// unless a majority answers by then.
-    Named,
 }
 
 #[cfg(test)]

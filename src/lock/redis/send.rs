@@ -2,7 +2,7 @@
 //! `EVAL`, with `WAIT`/`WAITAOF` pipelined behind it, retried where that is safe, and every
 //! failure turned into what it means.
 
-use super::{routing::Route, RedisLock};
+use super::{link::Route, RedisLock};
 use crate::lock::connect::{Conn, Primary};
 use crate::lock::failure::{Kind, Misuse, NotRedis};
 use crate::lock::redis_errors::{self, is_dropped, is_transient, refusal, Sent};

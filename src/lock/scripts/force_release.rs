@@ -1,7 +1,6 @@
 //! force_release.lua: `lockrun release --force` deletes a lock or a whole semaphore.
 
 use super::{as_string, Call, Request, FORCE_RELEASE};
-use crate::lock::inspect::Deleted;
 use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 
@@ -35,6 +34,14 @@ impl Request for ForceReleaseRequest<'_> {
             args,
         }
     }
+}
+
+/// What `release --force` deleted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deleted {
+    pub kind: String,
+    pub fence: Option<u64>,
+    pub holders: Vec<String>,
 }
 
 /// What force_release.lua answers: `{type, fence or '', deleted holder values...}`.
