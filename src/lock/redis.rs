@@ -6,7 +6,7 @@
 //! to behind Sentinel in `routing.rs`, and sending it (`EVALSHA`/`EVAL`, acknowledgements,
 //! retries) in `send.rs`.
 
-use super::connect::{Connector, Fail};
+use super::connect::{Connector, NoConnection};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::has_hash_tag;
@@ -222,10 +222,10 @@ impl RedisLock {
     }
 
     /// What a failed connection attempt means (see [`Self::unavailable`]).
-    fn failed_connect(&self, fail: Fail) -> LockError {
+    fn failed_connect(&self, fail: NoConnection) -> LockError {
         match fail {
-            Fail::Redis(e) => self.unavailable(&e),
-            Fail::Topology(e) => e,
+            NoConnection::Redis(e) => self.unavailable(&e),
+            NoConnection::Topology(e) => e,
         }
     }
 

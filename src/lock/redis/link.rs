@@ -20,15 +20,15 @@ pub(super) enum Link<C> {
     Named {
         conn: C,
         primary: Primary,
-        answer: Answer,
+        naming: Naming,
     },
 }
 
-/// Behind Sentinel: whether the sentinels' answer that chose the connection has served a
+/// Behind Sentinel: whether the sentinels' naming of the primary that chose the connection has served a
 /// script yet. The first script on a new connection goes without asking again; every later
 /// one asks first (see `Router::lock_connection`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Answer {
+pub(super) enum Naming {
     Fresh,
     Served,
 }
@@ -40,7 +40,7 @@ impl<C> Link<C> {
             Some(primary) => Link::Named {
                 conn,
                 primary,
-                answer: Answer::Fresh,
+                naming: Naming::Fresh,
             },
             None => Link::Direct(conn),
         }
@@ -73,7 +73,7 @@ impl<C> Link<C> {
             && matches!(
                 self,
                 Link::Named {
-                    answer: Answer::Served,
+                    naming: Naming::Served,
                     ..
                 }
             )
@@ -81,8 +81,8 @@ impl<C> Link<C> {
 
     /// A script is about to go on this connection: its answer has served.
     pub(super) fn serve(&mut self) {
-        if let Link::Named { answer, .. } = self {
-            *answer = Answer::Served;
+        if let Link::Named { naming, .. } = self {
+            *naming = Naming::Served;
         }
     }
 
@@ -176,7 +176,7 @@ mod tests {
             Link::Named {
                 conn: "new",
                 primary: primary(2),
-                answer: Answer::Fresh
+                naming: Naming::Fresh
             }
         );
         assert!(!link.must_ask(Route::Named));

@@ -1,7 +1,7 @@
 //! The lock protocol ([`LockService`]) on one server: each operation one script (see
 //! `scripts/`), its request built and its reply decoded there.
 
-use super::send::Failed;
+use super::send::EvalError;
 use super::{link::Route, RedisLock, TICKET};
 use crate::lock::failure::{Kind, Misuse};
 use crate::lock::keys::{history_args, wake_channel};
@@ -300,7 +300,7 @@ impl RedisLock {
             // key lives, not on a replaced primary that still accepts writes.
             .eval_once(&request.call(), ack, Route::Named)
             .await
-            .map_err(Failed::into_error)?;
+            .map_err(EvalError::into_error)?;
         if let Some(e) = acked.err().filter(LockError::is_outage) {
             // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
             // The key is deleted on the primary; if a failover loses that, it only lingers

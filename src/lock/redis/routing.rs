@@ -7,7 +7,7 @@
 
 use super::link::{Link, Route};
 use super::RedisLock;
-use crate::lock::connect::{Conn, Connector, Fail, Primary, Wake};
+use crate::lock::connect::{Conn, Connector, NoConnection, Primary, Wake};
 use crate::lock::LockError;
 use std::future::Future;
 use std::time::Duration;
@@ -22,14 +22,14 @@ pub(super) trait Primaries {
     /// See [`Connector::watch_every`].
     fn watch_every(&self) -> Option<Duration>;
     /// See [`Connector::named_primary`].
-    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, Fail>>;
+    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, NoConnection>>;
     /// See [`Connector::connect`].
-    fn connect(&self) -> impl Future<Output = Result<(Self::Conn, Option<Primary>), Fail>>;
+    fn connect(&self) -> impl Future<Output = Result<(Self::Conn, Option<Primary>), NoConnection>>;
     /// See [`Connector::connect_to`].
     fn connect_to(
         &self,
         primary: Option<&Primary>,
-    ) -> impl Future<Output = Result<Self::Conn, Fail>>;
+    ) -> impl Future<Output = Result<Self::Conn, NoConnection>>;
 }
 
 impl Primaries for Connector {
@@ -40,15 +40,18 @@ impl Primaries for Connector {
         Connector::watch_every(self)
     }
 
-    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, Fail>> {
+    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, NoConnection>> {
         Connector::named_primary(self)
     }
 
-    fn connect(&self) -> impl Future<Output = Result<(Conn, Option<Primary>), Fail>> {
+    fn connect(&self) -> impl Future<Output = Result<(Conn, Option<Primary>), NoConnection>> {
         Connector::connect(self)
     }
 
-    fn connect_to(&self, primary: Option<&Primary>) -> impl Future<Output = Result<Conn, Fail>> {
+    fn connect_to(
+        &self,
+        primary: Option<&Primary>,
+    ) -> impl Future<Output = Result<Conn, NoConnection>> {
         Connector::connect_to(self, primary)
     }
 }
@@ -69,7 +72,7 @@ pub(super) struct Router<K: Primaries> {
 /// Why routing gave no connection: the connector's failure, or nothing within the timeout
 /// (what did not come).
 pub(super) enum Unrouted {
-    Failed(Fail),
+    NoConnection(NoConnection),
     TimedOut(&'static str),
 }
 
@@ -93,7 +96,7 @@ impl<K: Primaries> Router<K> {
         let (conn, primary) =
             match tokio::time::timeout(self.timeout, self.connector.connect()).await {
                 Ok(Ok(connected)) => connected,
-                Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+                Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
                 Err(_) => return Err(Unrouted::TimedOut("no connection")),
             };
         self.link = Link::connected(conn.clone(), primary);
@@ -117,7 +120,7 @@ impl<K: Primaries> Router<K> {
                     self.move_to(now).await?;
                 }
                 Ok(Ok(_)) => {}
-                Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+                Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
                 Err(_) => return Err(Unrouted::TimedOut("no answer from the sentinels")),
             }
         }
@@ -137,7 +140,7 @@ impl<K: Primaries> Router<K> {
         let connecting = self.connector.connect_to(Some(&primary));
         let conn = match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+            Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
             Err(_) => return Err(Unrouted::TimedOut("no connection")),
         };
         self.link = Link::connected(conn, Some(primary));
@@ -194,7 +197,7 @@ impl RedisLock {
 
     fn unrouted(&self, e: Unrouted) -> LockError {
         match e {
-            Unrouted::Failed(fail) => self.failed_connect(fail),
+            Unrouted::NoConnection(fail) => self.failed_connect(fail),
             Unrouted::TimedOut(missing) => self.timed_out(missing),
         }
     }
@@ -253,7 +256,7 @@ mod tests {
             matches!(self.endpoint.shape, Shape::Sentinel { .. }).then_some(EVERY)
         }
 
-        async fn named_primary(&self) -> Result<Option<Primary>, Fail> {
+        async fn named_primary(&self) -> Result<Option<Primary>, NoConnection> {
             let n = self.asked.get();
             self.asked.set(n + 1);
             let Shape::Sentinel { service, .. } = &self.endpoint.shape else {
@@ -267,14 +270,14 @@ mod tests {
                     return Ok(Some(named));
                 }
             }
-            Err(Fail::Topology(votes.failure(
+            Err(NoConnection::Topology(votes.failure(
                 &self.endpoint,
                 service,
                 TIMEOUT / 2,
             )))
         }
 
-        async fn connect(&self) -> Result<(usize, Option<Primary>), Fail> {
+        async fn connect(&self) -> Result<(usize, Option<Primary>), NoConnection> {
             let primary = match self.endpoint.shape {
                 Shape::Sentinel { .. } => self.named_primary().await?,
                 _ => None,
@@ -282,7 +285,7 @@ mod tests {
             Ok((self.connect_to(primary.as_ref()).await?, primary))
         }
 
-        async fn connect_to(&self, primary: Option<&Primary>) -> Result<usize, Fail> {
+        async fn connect_to(&self, primary: Option<&Primary>) -> Result<usize, NoConnection> {
             let mut made = self.made.borrow_mut();
             made.push(primary.cloned());
             Ok(made.len() - 1)
@@ -313,11 +316,11 @@ mod tests {
     /// What routing gave: the connection's number, or its failure's words.
     fn said<T>(routed: Result<T, Unrouted>) -> Result<T, String> {
         routed.map_err(|e| match e {
-            Unrouted::Failed(Fail::Topology(e)) => {
+            Unrouted::NoConnection(NoConnection::Topology(e)) => {
                 assert!(e.is_outage(), "{e}");
                 e.to_string()
             }
-            Unrouted::Failed(Fail::Redis(e)) => e.to_string(),
+            Unrouted::NoConnection(NoConnection::Redis(e)) => e.to_string(),
             Unrouted::TimedOut(missing) => missing.to_string(),
         })
     }

@@ -139,13 +139,13 @@ impl RedisLock {
             // caller (an acquire finding our own value is success; renew and the queue scripts
             // are token-checked). Not after a timeout or a refused connection: the server is
             // slow, black-holed or down, and the budget for this request is spent.
-            Err(Failed::Dropped(e)) => {
+            Err(EvalError::Dropped(e)) => {
                 tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
                 self.eval_once(call, ack, route)
                     .await
-                    .map_err(Failed::into_error)
+                    .map_err(EvalError::into_error)
             }
-            other => other.map_err(Failed::into_error),
+            other => other.map_err(EvalError::into_error),
         }
     }
 
@@ -156,7 +156,7 @@ impl RedisLock {
         call: &Call,
         ack: bool,
         route: Route,
-    ) -> Result<(Value, Acked), Failed> {
+    ) -> Result<(Value, Acked), EvalError> {
         let sent = Sent {
             script: call.script.text(),
             publish: self.publish(),
@@ -167,17 +167,20 @@ impl RedisLock {
         // most: the sentinels do not fail over that often.
         let mut moves = 0;
         let (reply, mut conn) = loop {
-            let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
+            let mut conn = self
+                .lock_connection(route)
+                .await
+                .map_err(EvalError::Other)?;
             match self.send_script(&mut conn, call, ack, watched).await {
                 Ok(reply) => break (reply, conn),
                 Err(now) if moves < 3 => {
                     moves += 1;
                     tracing::debug!("no reply yet, and the sentinels name another primary");
-                    self.move_to(now).await.map_err(Failed::Other)?;
+                    self.move_to(now).await.map_err(EvalError::Other)?;
                 }
                 Err(_) => {
                     self.router.link.forget();
-                    return Err(Failed::Other(self.timed_out(
+                    return Err(EvalError::Other(self.timed_out(
                         "no reply (the sentinels named a new primary three times meanwhile)",
                     )));
                 }
@@ -188,21 +191,21 @@ impl RedisLock {
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
             Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
                 self.router.link.forget();
-                Err(Failed::Other(
+                Err(EvalError::Other(
                     self.error(Kind::NotRedis(NotRedis::Sentinel)),
                 ))
             }
             Err(e) if refusal(&e, Some(sent)).is_some() => {
                 self.router.link.forget();
-                Err(Failed::Other(self.failure(&e, Some(sent))))
+                Err(EvalError::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
                 self.router.link.forget();
-                Err(Failed::Dropped(self.unavailable(&e)))
+                Err(EvalError::Dropped(self.unavailable(&e)))
             }
             Err(e) if is_transient(&e) => {
                 self.router.link.forget();
-                Err(Failed::Other(self.unavailable(&e)))
+                Err(EvalError::Other(self.unavailable(&e)))
             }
             // Every error a script of lockrun's can meet on a working server is one of the
             // above (refusals, transient trouble): anything else means the server cannot run
@@ -210,7 +213,7 @@ impl RedisLock {
             Err(e) => {
                 self.router.link.forget();
                 let words = redis_errors::server_words(&e);
-                Err(Failed::Other(
+                Err(EvalError::Other(
                     self.error(Kind::NotRedis(NotRedis::Answered(words))),
                 ))
             }
@@ -383,15 +386,15 @@ impl RedisLock {
 pub(super) type Acked = Result<(), LockError>;
 
 /// How one `EVAL` failed: on a connection that was dropped under it, or otherwise.
-pub(super) enum Failed {
+pub(super) enum EvalError {
     Dropped(LockError),
     Other(LockError),
 }
 
-impl Failed {
+impl EvalError {
     pub(super) fn into_error(self) -> LockError {
         match self {
-            Failed::Dropped(e) | Failed::Other(e) => e,
+            EvalError::Dropped(e) | EvalError::Other(e) => e,
         }
     }
 }
