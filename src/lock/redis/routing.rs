@@ -6,9 +6,7 @@
 //! connector: the tests below. `RedisLock` holds a `Router<Connector>` (static dispatch).
 
 use super::link::{Link, Route};
-use super::RedisLock;
 use crate::lock::connect::{Conn, Connector, NoConnection, Primary, Wake};
-use crate::lock::LockError;
 use std::future::Future;
 use std::time::Duration;
 
@@ -171,34 +169,6 @@ impl<K: Primaries> Router<K> {
             biased;
             reply = request => Ok(reply),
             now = watch => Err(now),
-        }
-    }
-}
-
-/// The routing's failures in `RedisLock`'s words.
-impl RedisLock {
-    /// [`Router::connection`].
-    pub(super) async fn connection(&mut self) -> Result<Conn, LockError> {
-        let routed = self.router.connection().await;
-        routed.map_err(|e| self.unrouted(e))
-    }
-
-    /// [`Router::lock_connection`].
-    pub(super) async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
-        let routed = self.router.lock_connection(route).await;
-        routed.map_err(|e| self.unrouted(e))
-    }
-
-    /// [`Router::move_to`].
-    pub(super) async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
-        let moved = self.router.move_to(primary).await;
-        moved.map_err(|e| self.unrouted(e))
-    }
-
-    fn unrouted(&self, e: Unrouted) -> LockError {
-        match e {
-            Unrouted::NoConnection(fail) => self.failed_connect(fail),
-            Unrouted::TimedOut(missing) => self.timed_out(missing),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::{link::Route, RedisLock};
 use crate::lock::connect::{Conn, Primary};
-use crate::lock::failure::{Kind, Misuse, NotRedis};
+use crate::lock::failure::{Cause, Kind, Misuse, NotRedis};
 use crate::lock::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
 use crate::lock::scripts::{as_string, Call};
 use crate::lock::LockError;
@@ -232,9 +232,7 @@ impl RedisLock {
             _ => false,
         }
     }
-}
 
-impl RedisLock {
     /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
     /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
     /// while the reply is late (see `Router::watched`).
@@ -379,6 +377,66 @@ impl RedisLock {
             .unwrap_or(Value::Nil)
             .extract_error()
             .map(|v| (v, acked))
+    }
+
+    /// Whether writes must be acknowledged (`--acks`, `--fsync`).
+    pub(super) fn acking(&self) -> bool {
+        self.acks > 0 || self.fsync
+    }
+
+    /// How long `WAIT`/`WAITAOF` may block: two thirds of the longest a reply may take (the
+    /// request timeout; a quarter of it in a cluster), so that it answers before the reply
+    /// timeout fires (redis-rs's own default would be 500 ms).
+    fn ack_wait_ms(&self) -> u64 {
+        (self.router.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
+    }
+
+    /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas
+    /// (and the server's own disk) have this connection's writes so far, the script just run.
+    pub(super) fn ack_cmd(&self) -> redis::Cmd {
+        let mut cmd = if self.fsync {
+            let mut c = redis::cmd("WAITAOF");
+            c.arg(1);
+            c
+        } else {
+            redis::cmd("WAIT")
+        };
+        cmd.arg(self.acks).arg(self.ack_wait_ms());
+        cmd
+    }
+
+    /// The reply to [`Self::ack_cmd`]: fewer acknowledgements than asked means the write may be
+    /// lost in a failover, so the caller treats it as not done (unknown outcome).
+    fn check_ack(&self, reply: Value) -> Result<(), LockError> {
+        let wait_ms = self.ack_wait_ms();
+        let got = match reply {
+            Value::Int(n) if !self.fsync => n,
+            // WAITAOF → [local fsyncs, replica fsyncs].
+            Value::Array(v) if self.fsync => match v.as_slice() {
+                [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
+                [Value::Int(_), Value::Int(_)] => {
+                    return Err(
+                        self.error(Kind::Unavailable(Cause::NotSynced { within_ms: wait_ms }))
+                    )
+                }
+                _ => return Err(self.unexpected(&Value::Array(v))),
+            },
+            Value::ServerError(e) => {
+                return Err(match redis_errors::ack_refusal(&e, self.fsync) {
+                    Some(missing) => self.error(Kind::Unsupported(missing)),
+                    None => self.unavailable(&e.into()),
+                });
+            }
+            other => return Err(self.unexpected(&other)),
+        };
+        if got < i64::from(self.acks) {
+            return Err(self.error(Kind::Unavailable(Cause::NotAcked {
+                got,
+                want: self.acks,
+                within_ms: wait_ms,
+            })));
+        }
+        Ok(())
     }
 }
 
