@@ -69,7 +69,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     let hold = hold(args.every, args.min_hold, args.wait)?;
     let kind = kind(args, hold)?;
     let spread = spread(args, hold)?;
-    let lock = backend(args)?;
+    let lock = backend(args, kind)?;
     kind_fits(kind, &lock)?;
     let ping = ping(args.ping.as_deref(), args.ping_file.as_deref())?;
     Ok(Plan {
@@ -166,8 +166,8 @@ pub fn node_timeout(ttl: Duration) -> Duration {
 
 /// The lock to run on: one server for one URL, Redlock over 3 or more. Every error is a usage
 /// error (bad URL, 2 URLs, --limit with several, a --node-timeout that does not fit the TTL).
-fn backend(args: &Args) -> Result<Backend, Usage> {
-    let urls = run_urls(&args.conn.redis, args.limit).map_err(|u| of_urls(&args.conn, u.0))?;
+fn backend(args: &Args, kind: LockKind) -> Result<Backend, Usage> {
+    let urls = run_urls(&args.conn.redis, kind).map_err(|u| of_urls(&args.conn, u.0))?;
     let timeout = match args.conn.node_timeout {
         // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
         Some(t) if t.is_zero() || t >= args.ttl / 3 => {
@@ -281,11 +281,12 @@ fn urls(given: &[String]) -> Result<Vec<String>, Usage> {
     Ok(urls)
 }
 
-/// [`urls`] for a run: semaphores need one server.
-fn run_urls(given: &[String], limit: Option<u32>) -> Result<Vec<String>, Usage> {
+/// [`urls`] for a run: semaphores need one server (checked with the URLs, before any is
+/// parsed; the other kinds' needs are [`kind_fits`]).
+fn run_urls(given: &[String], kind: LockKind) -> Result<Vec<String>, Usage> {
     let urls = urls(given)?;
-    match urls.len() {
-        n if n > 2 && limit.is_some() => Err(Usage(format!(
+    match (urls.len(), kind) {
+        (n, LockKind::Semaphore(_)) if n > 2 => Err(Usage(format!(
             "--limit cannot be used with {n} Redis masters: a majority per holder does not \
              bound the number of holders (with 3 masters and --limit 2, three holders can \
              each hold 2 of the 3)"
@@ -419,7 +420,7 @@ fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
 /// Whether the lock's kind can be kept on the servers given: a shared lock and a tick need one
 /// server (a Sentinel group or a Cluster is one). Under Redlock each master would count shared
 /// holders of its own, so an exclusive majority could form beside a shared one; a tick's
-/// record is kept on one server. (`--limit` with several masters is refused with the URLs.)
+/// record is kept on one server. (A semaphore's need is checked with the URLs: [`run_urls`].)
 fn kind_fits(kind: LockKind, lock: &Backend) -> Result<(), Usage> {
     let Backend::Quorum(_) = lock else {
         return Ok(());
@@ -498,7 +499,7 @@ mod tests {
         let limited = |given: &[&str]| {
             run_urls(
                 &given.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-                Some(2),
+                LockKind::Semaphore(2),
             )
         };
         assert!(limited(&["redis://a,redis://b,redis://c"])
