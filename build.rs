@@ -1,4 +1,4 @@
-//! Assembles lockrun's Lua scripts (`src/lock/scripts/*.lua`) and names each by the SHA-1 of
+//! Assembles lockrun's Lua scripts (`src/lock/scripts/**/*.lua`) and names each by the SHA-1 of
 //! its text, at compile time: `EVALSHA` sends the name on every request, and hashing the scripts
 //! at every start would cost each run more than parsing its command line. The table below is
 //! the one description of which files make up which script; `src/lock/scripts.rs` includes the
@@ -9,23 +9,26 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The scripts that write locks start with prelude.lua (clock, fence, history), then the waiter
-/// queue's functions (queue.lua). Acquire and release put their common case (nobody queued)
-/// between the two, so it returns before queue.lua's functions are created (every call creates
-/// a script's `local function`s anew).
+/// Each script's files, under `src/lock/scripts/`: `acquire/`, `release/` and `renew/` hold
+/// one file per kind of lock (`release/semaphore.lua` and `renew/semaphore.lua` serve the shared
+/// holders too, kept as a semaphore's slots are), `lib/` what several scripts share. The
+/// scripts that write locks start with `lib/prelude.lua` (clock, fence, history), then the
+/// waiter queue's functions (`lib/queue.lua`). An exclusive acquire and release put their
+/// common case (nobody queued) between the two, so it returns before the queue's functions are
+/// created (every call creates a script's `local function`s anew).
 #[rustfmt::skip]
 const SCRIPTS: &[(&str, &[&str])] = &[
-    ("ACQUIRE", &["prelude", "acquire", "queue", "acquire_queued"]),
-    ("RELEASE", &["prelude", "release", "queue", "release_queued"]),
-    ("ACQUIRE_TICK", &["prelude", "queue", "tick", "acquire_tick"]),
-    ("RELEASE_TICK", &["prelude", "queue", "tick", "release_tick"]),
-    ("SEM_ACQUIRE", &["prelude", "queue", "sem_acquire"]),
-    ("SHARED_ACQUIRE", &["prelude", "queue", "shared_acquire"]),
-    ("SEM_RELEASE", &["prelude", "queue", "sem_release"]),
-    ("LEAVE", &["prelude", "queue", "leave"]),
-    ("FORCE_RELEASE", &["prelude", "queue", "force_release"]),
-    ("RENEW", &["renew"]),
-    ("SEM_RENEW", &["sem_renew"]),
+    ("ACQUIRE_EXCLUSIVE", &["lib/prelude", "acquire/exclusive", "lib/queue", "acquire/queued"]),
+    ("ACQUIRE_SHARED", &["lib/prelude", "lib/queue", "acquire/shared"]),
+    ("ACQUIRE_SEMAPHORE", &["lib/prelude", "lib/queue", "acquire/semaphore"]),
+    ("ACQUIRE_TICK", &["lib/prelude", "lib/queue", "lib/tick", "acquire/tick"]),
+    ("RELEASE_EXCLUSIVE", &["lib/prelude", "release/exclusive", "lib/queue", "release/queued"]),
+    ("RELEASE_SEMAPHORE", &["lib/prelude", "lib/queue", "release/semaphore"]),
+    ("RELEASE_TICK", &["lib/prelude", "lib/queue", "lib/tick", "release/tick"]),
+    ("RENEW_EXCLUSIVE", &["renew/exclusive"]),
+    ("RENEW_SEMAPHORE", &["renew/semaphore"]),
+    ("LEAVE", &["lib/prelude", "lib/queue", "leave"]),
+    ("FORCE_RELEASE", &["lib/prelude", "lib/queue", "force_release"]),
     ("HELD_BY", &["held_by"]),
     ("INSPECT", &["inspect"]),
 ];

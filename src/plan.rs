@@ -14,7 +14,7 @@ use crate::lock::backend::Backend;
 use crate::lock::redis::{ConnectOptions, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
-use crate::lock::LockSpec;
+use crate::lock::{LockKind, LockSpec};
 use crate::ping::Target;
 use std::ffi::OsString;
 use std::time::Duration;
@@ -60,35 +60,25 @@ pub struct Plan {
     pub ping: Option<Target>,
 }
 
-/// The plan for a run. Checked in the order the messages were always given: the command name,
-/// the hold, then the servers.
+/// The plan for a run. Checked in this order: the command name, the hold, the lock's kind, the
+/// spread, the servers, then whether the kind fits them.
 pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     if args.command[0].is_empty() {
         return Err(Usage("the command name is empty: nothing to run".into()));
     }
     let hold = hold(args.every, args.min_hold, args.wait)?;
-    let tick = tick(args, hold)?;
-    once_per_tick(args)?;
+    let kind = kind(args, hold)?;
     let spread = spread(args, hold)?;
-    let lock = backend(args)?;
-    shared(args, &lock)?;
-    if tick.is_some() && matches!(lock, Backend::Quorum(_)) {
-        return Err(Usage(
-            "--standby cannot be used with several Redis masters: a tick's record is kept on \
-             one server (a Sentinel group or a Cluster is one)"
-                .into(),
-        ));
-    }
+    let lock = backend(args, kind)?;
+    kind_fits(kind, &lock)?;
     let ping = ping(args.ping.as_deref(), args.ping_file.as_deref())?;
     Ok(Plan {
         spec: LockSpec {
             key: args.key.clone(),
             ttl: args.ttl,
-            limit: args.limit,
-            shared: args.shared,
+            kind,
             history: args.history,
             every: args.every,
-            tick,
         },
         command: args.command.clone(),
         wait: args.wait,
@@ -176,8 +166,8 @@ pub fn node_timeout(ttl: Duration) -> Duration {
 
 /// The lock to run on: one server for one URL, Redlock over 3 or more. Every error is a usage
 /// error (bad URL, 2 URLs, --limit with several, a --node-timeout that does not fit the TTL).
-fn backend(args: &Args) -> Result<Backend, Usage> {
-    let urls = run_urls(&args.conn.redis, args.limit).map_err(|u| of_urls(&args.conn, u.0))?;
+fn backend(args: &Args, kind: LockKind) -> Result<Backend, Usage> {
+    let urls = run_urls(&args.conn.redis, kind).map_err(|u| of_urls(&args.conn, u.0))?;
     let timeout = match args.conn.node_timeout {
         // Below TTL/3: a renewal is due every TTL/3, and one request must not outlast that.
         Some(t) if t.is_zero() || t >= args.ttl / 3 => {
@@ -292,11 +282,12 @@ fn urls(given: &[String]) -> Result<Vec<String>, Usage> {
     Ok(urls)
 }
 
-/// [`urls`] for a run: semaphores need one server.
-fn run_urls(given: &[String], limit: Option<u32>) -> Result<Vec<String>, Usage> {
+/// [`urls`] for a run: semaphores need one server (checked with the URLs, before any is
+/// parsed; the other kinds' needs are [`kind_fits`]).
+fn run_urls(given: &[String], kind: LockKind) -> Result<Vec<String>, Usage> {
     let urls = urls(given)?;
-    match urls.len() {
-        n if n > 2 && limit.is_some() => Err(Usage(format!(
+    match (urls.len(), kind) {
+        (n, LockKind::Semaphore(_)) if n > 2 => Err(Usage(format!(
             "--limit cannot be used with {n} Redis masters: a majority per holder does not \
              bound the number of holders (with 3 masters and --limit 2, three holders can \
              each hold 2 of the 3)"
@@ -387,60 +378,67 @@ fn spread(args: &Args, hold: Duration) -> Result<Duration, Usage> {
     Ok(spread)
 }
 
-/// `--shared` needs one server: under Redlock each master would count shared holders of its
-/// own, and an exclusive majority can form beside a shared one. With `--limit` (the semaphore
-/// already lets N run at once) it means nothing; with `--every` (and so `--standby`) every
-/// host would run each tick, and the key, held shared for the tick, would refuse every
-/// exclusive run meanwhile.
-fn shared(args: &Args, lock: &Backend) -> Result<(), Usage> {
-    if !args.shared {
-        return Ok(());
+/// The lock's kind, from `--shared`, `--limit` and `--standby` (whose tick is `hold`, the hold
+/// of `--every`), or why the options cannot go together. `--standby` needs `--every` (a tick to
+/// stand by for). A tick is run once, by one host: `--every` is refused with `--limit` (each of
+/// N slots would be kept for the tick, so the first N hosts to fire would each run it) and with
+/// `--shared` (every host would run each tick, and the key, held shared for the tick, would
+/// refuse every exclusive run meanwhile), and so is `--standby`. `--shared` with `--limit`
+/// means nothing: a semaphore's holders share it already.
+fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
+    let refused = |msg: &str| Err(Usage(msg.into()));
+    if args.standby && args.every.is_none() {
+        return refused("--standby needs --every: standby hosts wait for one tick of the schedule");
     }
-    let with = if args.limit.is_some() {
-        "--limit: a semaphore's holders share it already"
-    } else if args.standby {
-        "--standby: a tick is run once, by one host"
-    } else if args.every.is_some() {
-        "--every: a tick is run once, by one host"
-    } else if let Backend::Quorum(_) = lock {
-        "several Redis masters: shared holders are kept on one server (a Sentinel group or a \
-         Cluster is one)"
-    } else {
+    if args.standby && args.limit.is_some() {
+        return refused("--standby cannot be used with --limit: a tick is run once, by one host");
+    }
+    if args.every.is_some() && args.limit.is_some() {
+        return refused(
+            "--every cannot be used with --limit: a tick is run once, by one host (with \
+             --limit N, N hosts would run each tick)",
+        );
+    }
+    if args.shared {
+        let with = if args.limit.is_some() {
+            "--limit: a semaphore's holders share it already"
+        } else if args.standby {
+            "--standby: a tick is run once, by one host"
+        } else if args.every.is_some() {
+            "--every: a tick is run once, by one host"
+        } else {
+            return Ok(LockKind::Shared);
+        };
+        return Err(Usage(format!("--shared cannot be used with {with}")));
+    }
+    Ok(match (args.limit, args.standby) {
+        (Some(slots), _) => LockKind::Semaphore(slots),
+        (None, true) => LockKind::Tick(hold),
+        (None, false) => LockKind::Exclusive,
+    })
+}
+
+/// Whether the lock's kind can be kept on the servers given: a shared lock and a tick need one
+/// server (a Sentinel group or a Cluster is one). Under Redlock each master would count shared
+/// holders of its own, so an exclusive majority could form beside a shared one; a tick's
+/// record is kept on one server. (A semaphore's need is checked with the URLs: [`run_urls`].)
+fn kind_fits(kind: LockKind, lock: &Backend) -> Result<(), Usage> {
+    let Backend::Quorum(_) = lock else {
         return Ok(());
     };
-    Err(Usage(format!("--shared cannot be used with {with}")))
-}
-
-/// `--standby`: the length of one tick, the hold of `--every` (or `--min-hold`). Refused
-/// without `--every` (no tick to stand by for) and with `--limit` (a tick is one run).
-fn tick(args: &Args, hold: Duration) -> Result<Option<Duration>, Usage> {
-    if !args.standby {
-        return Ok(None);
-    }
-    if args.every.is_none() {
-        return Err(Usage(
-            "--standby needs --every: standby hosts wait for one tick of the schedule".into(),
-        ));
-    }
-    if args.limit.is_some() {
-        return Err(Usage(
-            "--standby cannot be used with --limit: a tick is run once, by one host".into(),
-        ));
-    }
-    Ok(Some(hold))
-}
-
-/// `--every` with `--limit N`: each of N slots would be kept for the tick, so the first N hosts
-/// to fire would each run it. Refused, as a tick is run once (`--shared`: see [`shared`]).
-fn once_per_tick(args: &Args) -> Result<(), Usage> {
-    if args.every.is_some() && args.limit.is_some() {
-        return Err(Usage(
-            "--every cannot be used with --limit: a tick is run once, by one host (with \
-             --limit N, N hosts would run each tick)"
+    match kind {
+        LockKind::Shared => Err(Usage(
+            "--shared cannot be used with several Redis masters: shared holders are kept on \
+             one server (a Sentinel group or a Cluster is one)"
                 .into(),
-        ));
+        )),
+        LockKind::Tick(_) => Err(Usage(
+            "--standby cannot be used with several Redis masters: a tick's record is kept on \
+             one server (a Sentinel group or a Cluster is one)"
+                .into(),
+        )),
+        LockKind::Exclusive | LockKind::Semaphore(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// How long the key stays after the acquire when the job is quicker: for `--every P`, P less a
@@ -502,7 +500,7 @@ mod tests {
         let limited = |given: &[&str]| {
             run_urls(
                 &given.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-                Some(2),
+                LockKind::Semaphore(2),
             )
         };
         assert!(limited(&["redis://a,redis://b,redis://c"])
@@ -566,9 +564,12 @@ mod shared_tests {
 
     #[test]
     fn shared_needs_one_server_and_neither_limit_nor_every() {
-        let spec = plan(&["--shared", "k", "true"]).unwrap().spec;
-        assert!(spec.shared && spec.limit.is_none());
-        assert!(!plan(&["k", "true"]).unwrap().spec.shared);
+        let kind = |args: &[&str]| plan(args).unwrap().spec.kind;
+        assert_eq!(kind(&["--shared", "k", "true"]), LockKind::Shared);
+        assert_eq!(kind(&["k", "true"]), LockKind::Exclusive);
+        assert_eq!(kind(&["--limit", "3", "k", "true"]), LockKind::Semaphore(3));
+        let tick = kind(&["--every", "1m", "--standby", "k", "true"]);
+        assert_eq!(tick, LockKind::Tick(Duration::from_secs(54)));
         let refused = |args: &[&str]| plan(args).err().expect("refused").0;
         let limit = refused(&["--shared", "--limit", "2", "k", "true"]);
         assert!(

@@ -36,7 +36,7 @@ pub struct Setup {
 
 /// Why the command did not start.
 #[derive(Debug)]
-pub enum Failure {
+pub enum Unstarted {
     /// exec (or a step in the child before it) failed with this error.
     Os(io::Error),
     /// No child could be made (clone(2) or its stack failed): a limit of this machine.
@@ -99,9 +99,9 @@ struct Shared {
 /// Starts `argv` (PATH lookup as execvp does it; no shell) with the environment plus `env`,
 /// and returns its pid once it has exec'd. Call from the main thread: the parent-death signal
 /// fires when the thread that created the child exits.
-pub fn spawn(argv: &[OsString], env: &[(&str, String)], setup: &Setup) -> Result<i32, Failure> {
+pub fn spawn(argv: &[OsString], env: &[(&str, String)], setup: &Setup) -> Result<i32, Unstarted> {
     let nul = |_| {
-        Failure::Os(io::Error::new(
+        Unstarted::Os(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a NUL byte in an argument or in the environment",
         ))
@@ -157,7 +157,7 @@ pub fn spawn(argv: &[OsString], env: &[(&str, String)], setup: &Setup) -> Result
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
     if pid < 0 {
-        return Err(Failure::Start(clone_error));
+        return Err(Unstarted::Start(clone_error));
     }
     // SAFETY: the child wrote `failed` before exiting; CLONE_VFORK ordered that before this.
     let failed = unsafe { ptr::read_volatile(ptr::addr_of!(shared.failed)) };
@@ -168,11 +168,11 @@ pub fn spawn(argv: &[OsString], env: &[(&str, String)], setup: &Setup) -> Result
     // SAFETY: waitpid on our own child.
     unsafe { libc::waitpid(pid, ptr::null_mut(), 0) };
     Err(match failed {
-        EXPIRED => Failure::Expired,
-        PARENT_GONE => Failure::Os(io::Error::other(
+        EXPIRED => Unstarted::Expired,
+        PARENT_GONE => Unstarted::Os(io::Error::other(
             "lockrun exited before the command started",
         )),
-        errno => Failure::Os(io::Error::from_raw_os_error(errno)),
+        errno => Unstarted::Os(io::Error::from_raw_os_error(errno)),
     })
 }
 
@@ -275,7 +275,7 @@ struct Stack {
 impl Stack {
     /// Room for our own frames plus execvpe's: the path it builds (PATH_MAX + NAME_MAX) and,
     /// for a file without `#!`, a copy of argv with /bin/sh in front.
-    fn new(args: usize) -> Result<Stack, Failure> {
+    fn new(args: usize) -> Result<Stack, Unstarted> {
         let len = (64 * 1024 + args * std::mem::size_of::<usize>()).next_multiple_of(GUARD) + GUARD;
         // SAFETY: a fresh anonymous private mapping; checked for MAP_FAILED.
         let base = unsafe {
@@ -289,12 +289,12 @@ impl Stack {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(Failure::Start(io::Error::last_os_error()));
+            return Err(Unstarted::Start(io::Error::last_os_error()));
         }
         let stack = Stack { base, len };
         // SAFETY: the lowest page of the mapping made above.
         if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
-            return Err(Failure::Start(io::Error::last_os_error()));
+            return Err(Unstarted::Start(io::Error::last_os_error()));
         }
         Ok(stack)
     }

@@ -392,15 +392,7 @@ mod tests {
             let ms = Duration::from_millis;
             let now = Instant::now();
             let lease = lease_at(now);
-            let spec = LockSpec {
-                key: "k".into(),
-                ttl: ms(900),
-                limit: None,
-                shared: false,
-                history: 0,
-                every: None,
-                tick: None,
-            };
+            let spec = LockSpec::new("k", ms(900));
             let mut lock = Drifting(Cell::new(None));
             let d = Deadline::new(&lease, spec.ttl, lock.drift(spec.ttl), ms(10_000));
             assert_eq!(d.get(), now + ms(810));

@@ -6,7 +6,8 @@ use crate::duration::{Human, Wait};
 use crate::ending::{decide, Course, Ending};
 use crate::exit_codes::ExitCode;
 use crate::lock::{
-    describe_holder, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Release,
+    describe_holder, Acquire, Holder, Lease, LockError, LockKind, LockService, LockSpec, Note,
+    Release,
 };
 use crate::report::Report;
 use crate::signals::{self, Incoming};
@@ -76,7 +77,7 @@ where
             Err(Failed::Ended(ending)) => return ending,
         };
         let acquired_at = Instant::now();
-        report.took(&lease, spec.tick.is_some());
+        report.took(&lease, spec.kind.tick().is_some());
         if lease.attempt > 1 {
             // Its own target: `-q` lets this warning through (see `logging::init`).
             warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
@@ -84,7 +85,7 @@ where
         }
         // `mode` only in shared mode: an exclusive run's line stays the one scripts grep for.
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence,
-              mode = spec.shared.then_some(tracing::field::display("shared")),
+              mode = (spec.kind == LockKind::Shared).then_some(tracing::field::display("shared")),
               "redis lock acquired, starting job");
         // A signal that arrived while we were acquiring: the job must not start.
         let turn = match stops.take_stop() {
@@ -195,11 +196,11 @@ impl<'a> Waiter<'a> {
         Waiter {
             spec,
             holder,
-            waiting: !wait.is_zero() || spec.tick.is_some(),
-            standby: spec.tick.is_some(),
+            waiting: !wait.is_zero() || spec.kind.tick().is_some(),
+            standby: spec.kind.tick().is_some(),
             // A standby's wait never outlasts a tick (`--every` goes without `--wait`); each
             // reply then says how much of the tick is left (`stand_by`).
-            until: match (spec.tick, wait) {
+            until: match (spec.kind.tick(), wait) {
                 (Some(tick), _) => Some(Instant::now() + tick),
                 (None, Wait::For(d)) => Some(Instant::now() + d),
                 (None, Wait::Forever) => None,
@@ -753,13 +754,9 @@ mod tests {
         turns: Vec<Turn>,
     ) -> Ran {
         let spec = LockSpec {
-            key: "k".into(),
-            ttl: Duration::from_secs(30),
-            limit: None,
-            shared: false,
+            kind: tick.map_or(LockKind::Exclusive, LockKind::Tick),
             history: 100,
-            every: None,
-            tick,
+            ..LockSpec::new("k", Duration::from_secs(30))
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         let began = Instant::now();
@@ -922,13 +919,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn spread_waits_before_the_first_attempt_and_a_stop_ends_that_wait() {
         let spec = LockSpec {
-            key: "k".into(),
-            ttl: SECS(30),
-            limit: None,
-            shared: false,
             history: 100,
-            every: None,
-            tick: None,
+            ..LockSpec::new("k", SECS(30))
         };
         let holder = Holder::new(std::ffi::OsStr::new("job"));
         for (stop, code, calls) in [
@@ -1183,15 +1175,7 @@ mod tests {
             releases: VecDeque::from([Ok(found)]),
             ..Fake::default()
         };
-        let spec = LockSpec {
-            key: "k".into(),
-            ttl: SECS(30),
-            limit: None,
-            shared: false,
-            history: 0,
-            every: None,
-            tick: None,
-        };
+        let spec = LockSpec::new("k", SECS(30));
         let lease = Lease::phantom(&Holder::new(std::ffi::OsStr::new("job")));
         let note = Note {
             outcome,

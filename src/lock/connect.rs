@@ -63,14 +63,14 @@ impl ConnectionLike for Conn {
 
 /// Why no connection: the server's own error (the caller classifies it), or something only
 /// the topology can say (no sentinel answered, none knows the service).
-pub enum Fail {
+pub enum NoConnection {
     Redis(RedisError),
     Topology(LockError),
 }
 
-impl From<RedisError> for Fail {
-    fn from(e: RedisError) -> Fail {
-        Fail::Redis(e)
+impl From<RedisError> for NoConnection {
+    fn from(e: RedisError) -> NoConnection {
+        NoConnection::Redis(e)
     }
 }
 
@@ -206,7 +206,7 @@ impl Connector {
 
     /// Behind Sentinel: the primary that a majority of the listed sentinels names now (see
     /// [`Self::ask_sentinels`]); None for other topologies.
-    pub async fn named_primary(&self) -> Result<Option<Primary>, Fail> {
+    pub async fn named_primary(&self) -> Result<Option<Primary>, NoConnection> {
         match &self.endpoint.shape {
             Shape::Sentinel { service, .. } => self.ask_sentinels(service).await.map(Some),
             _ => Ok(None),
@@ -215,7 +215,7 @@ impl Connector {
 
     /// A new connection for lock requests, and behind Sentinel the primary it goes to (the
     /// one the sentinels' majority names now: they are asked first).
-    pub async fn connect(&self) -> Result<(Conn, Option<Primary>), Fail> {
+    pub async fn connect(&self) -> Result<(Conn, Option<Primary>), NoConnection> {
         if let Some(cluster) = &self.cluster {
             return Ok((Conn::Cluster(cluster.get_async_connection().await?), None));
         }
@@ -225,7 +225,7 @@ impl Connector {
     }
 
     /// A new connection to the one server, or (`primary`) to the primary the sentinels named.
-    pub async fn connect_to(&self, primary: Option<&Primary>) -> Result<Conn, Fail> {
+    pub async fn connect_to(&self, primary: Option<&Primary>) -> Result<Conn, NoConnection> {
         Ok(Conn::Node(
             self.data_node(primary)?
                 .get_multiplexed_async_connection_with_config(&self.config)
@@ -235,14 +235,18 @@ impl Connector {
 
     /// A new subscription to `channel`: on the Cluster's shard of it, or on the one server,
     /// or on `primary` (the one the sentinels named; asked for if None).
-    pub async fn subscribe(&self, channel: &str, primary: Option<&Primary>) -> Result<Wake, Fail> {
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+        primary: Option<&Primary>,
+    ) -> Result<Wake, NoConnection> {
         if let Shape::Cluster(seeds) = &self.endpoint.shape {
             let (tx, rx) = unbounded_channel();
             let client = cluster_builder(&self.endpoint, seeds, self.timeout)
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(tx)
                 .build()
-                .map_err(Fail::Redis)?;
+                .map_err(NoConnection::Redis)?;
             let mut conn = client.get_async_connection().await?;
             conn.ssubscribe(channel).await?;
             return Ok(Wake::Sharded { _conn: conn, rx });
@@ -260,7 +264,7 @@ impl Connector {
     }
 
     /// The client of the one server, or behind Sentinel of `primary`.
-    fn data_node(&self, primary: Option<&Primary>) -> Result<Client, Fail> {
+    fn data_node(&self, primary: Option<&Primary>) -> Result<Client, NoConnection> {
         if let Some(node) = &self.node {
             return Ok(node.clone());
         }
@@ -279,7 +283,7 @@ impl Connector {
             _ => ConnectionAddr::Tcp(host, port),
         };
         let info = node.clone().set_addr(addr);
-        open_client(info, self.endpoint.certs.as_ref()).map_err(Fail::Redis)
+        open_client(info, self.endpoint.certs.as_ref()).map_err(NoConnection::Redis)
     }
 
     /// Asks every sentinel at once and takes the primary that a majority of the listed
@@ -294,7 +298,7 @@ impl Connector {
     /// sentinel would stall every connection; and it connects to the primary twice to check
     /// its role. A primary that is no longer one answers our first write with READONLY, which
     /// reconnects and asks again.)
-    async fn ask_sentinels(&self, service: &str) -> Result<Primary, Fail> {
+    async fn ask_sentinels(&self, service: &str) -> Result<Primary, NoConnection> {
         let mut asks = tokio::task::JoinSet::new();
         // Half the budget: the primary still has to be connected to within the rest.
         let budget = self.timeout / 2;
@@ -352,7 +356,7 @@ impl Connector {
                 return Ok(primary);
             }
         }
-        Err(Fail::Topology(votes.failure(
+        Err(NoConnection::Topology(votes.failure(
             &self.endpoint,
             service,
             budget,

@@ -220,12 +220,12 @@ pub enum Misuse {
     /// `doctor`'s probe key is held by someone else.
     ProbeKeyHeld { key: String },
     /// The server answered a command with an error.
-    Answered(Answer),
+    Answered(ErrorReply),
 }
 
 /// A server's error reply to one command.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
+pub struct ErrorReply {
     /// Its code (`ERR`, `WRONGTYPE`, ...), when it has one.
     pub code: Option<String>,
     /// The server knows nothing by the name asked about: an unknown command or subcommand, a
@@ -291,7 +291,7 @@ impl Kind {
                     words: scrub(words),
                 })
             }
-            Kind::Misuse(Misuse::Answered(a)) => Kind::Misuse(Misuse::Answered(Answer {
+            Kind::Misuse(Misuse::Answered(a)) => Kind::Misuse(Misuse::Answered(ErrorReply {
                 words: scrub(a.words),
                 ..a
             })),

@@ -1,7 +1,7 @@
 //! Who holds a lock: the holder's two names (the secret token and the public id), and the value
 //! lockrun writes into the lock, `<id> host=<h> pid=<p> started=<utc> program=<name>`, made by
 //! [`HolderValue::format`] and read back by [`HolderValue::parse`]. The Lua scripts read the
-//! same value on the server (prelude.lua's `holder_shaped`, queue.lua's `note_skipped`,
+//! same value on the server (lib/prelude.lua's `holder_shaped`, lib/queue.lua's `note_skipped`,
 //! held_by.lua): they mirror [`HolderValue::parse`].
 
 use std::time::Duration;

@@ -7,74 +7,14 @@
 use super::failure::{Endless, Kind, Misuse, NotRedis};
 use super::keys::{history_args, Keys};
 use super::redis::RedisLock;
-use super::scripts::force_release::{ForceReleaseReply, ForceReleaseRequest};
-use super::scripts::inspect::InspectRequest;
+use super::scripts::force_release::{Deleted, ForceReleaseReply, ForceReleaseRequest};
+use super::scripts::inspect::{InspectRequest, Inspection};
 use super::scripts::{self, as_string, Request};
 use super::{Holder, LockError, LockSpec, Note};
 use redis::Value;
 use std::time::Duration;
 
-/// One key as one server sees it.
-#[derive(Clone, Debug, Default)]
-pub struct Inspection {
-    /// Redis' type of the key: `none` (free), `string` (a lock), `zset` (a semaphore), or
-    /// something lockrun never writes; `shared` for a lock held in shared mode (`--shared`).
-    pub kind: String,
-    /// The fencing counter: the last fence handed out for this key.
-    pub fence: Option<u64>,
-    /// Waiters with a live ticket, and the one whose turn is next (public id, time queued).
-    pub waiters: u64,
-    pub next: Option<(String, Duration)>,
-    /// Holder values and what is left of their leases (`None`: no expiry, set by hand).
-    pub holders: Vec<(String, Option<Duration>)>,
-    /// How long the lock has been held, by the server's clock: now minus the fence, which is
-    /// the server's clock in µs when it was handed out. `None` for a semaphore (several
-    /// holders, one counter) and for a fence that is not such a time (a counter set by hand, or
-    /// one ahead of the clock).
-    pub held_for: Option<Duration>,
-    /// With `--standby`, the tick under way.
-    pub tick: Option<TickView>,
-}
-
-/// The tick record of `--standby` (tick.lua), as `status` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TickView {
-    /// The tick completed: no host runs it again.
-    pub done: bool,
-    /// Attempts at it so far (2 or more: taken over).
-    pub attempt: u32,
-    /// Until the tick ends.
-    pub left: Option<Duration>,
-}
-
-impl TickView {
-    /// `<open|done> <start ms> <attempt> <holder>`; anything else is no tick record.
-    pub fn parse(record: &str, left: Option<Duration>) -> Option<TickView> {
-        let mut words = record.split(' ');
-        let done = match words.next()? {
-            "open" => false,
-            "done" => true,
-            _ => return None,
-        };
-        let _start = words.next()?;
-        let attempt = words.next()?.parse().ok()?;
-        Some(TickView {
-            done,
-            attempt,
-            left,
-        })
-    }
-}
-
-/// What `release --force` deleted.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Deleted {
-    pub kind: String,
-    pub fence: Option<u64>,
-    pub holders: Vec<String>,
-}
-
-/// One run in a key's history (see `note` in prelude.lua).
+/// One run in a key's history (see `note` in lib/prelude.lua).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// When it was written, in ms of the server's clock (the stream entry's id).
@@ -109,13 +49,8 @@ impl RedisLock {
     ) -> Result<Option<Deleted>, LockError> {
         self.check_key(key)?;
         let spec = LockSpec {
-            key: key.into(),
-            ttl: Duration::ZERO,
-            limit: None,
-            shared: false,
             history,
-            every: None,
-            tick: None,
+            ..LockSpec::new(key, Duration::ZERO)
         };
         let request = ForceReleaseRequest {
             key,
@@ -343,27 +278,10 @@ fn lock_name(suffix: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
-/// ahead of now): see `next_fence` in prelude.lua.
-pub(super) fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
-    const Y2017_US: u64 = 1_483_228_800_000_000;
-    (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn held_for_only_from_a_fence_that_is_a_clock_reading() {
-        let now = 1_795_000_000_000_000;
-        assert_eq!(
-            held_since(now - 2_500_000, now),
-            Some(Duration::from_millis(2500))
-        );
-        assert_eq!(held_since(42, now), None, "a counter set by hand");
-        assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
-    }
     use crate::lock::keys::helper_key;
 
     #[test]

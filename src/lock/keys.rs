@@ -3,7 +3,7 @@
 //! (the lock's own value, the holder's, is [`super::holder`]'s). No I/O: the single-node
 //! protocol (redis.rs) and the operators' reads (inspect.rs) both build on these names.
 
-use super::{Holder, LockSpec, Note};
+use super::{Holder, LockKind, LockSpec, Note};
 
 /// Where release hints for `key` are published: named like the helper keys, so that on a
 /// Cluster the channel is in the lock's slot (sharded pub/sub from inside the scripts).
@@ -20,9 +20,9 @@ pub(super) struct Keys {
     pub(super) tickets: String,
     /// The run history stream (`lockrun history`).
     pub(super) history: String,
-    /// The tick record of `--standby` (see tick.lua).
+    /// The tick record of `--standby` (see lib/tick.lua).
     pub(super) tick: String,
-    /// The shared holders of `--shared` (see shared_acquire.lua).
+    /// The shared holders of `--shared` (see acquire/shared.lua).
     pub(super) shared: String,
 }
 
@@ -40,7 +40,7 @@ impl Keys {
 }
 
 /// The script arguments that record `note` in the key's history: the cap (0: record nothing),
-/// then the entry's field/value pairs (see `note` in prelude.lua). The fields are public: the
+/// then the entry's field/value pairs (see `note` in lib/prelude.lua). The fields are public: the
 /// holder's public id (which run this was, also across several masters), host and pid; never
 /// the token. `attempt`: the released lease's attempt at its tick (`None`: no lease, as for a
 /// skip or an operator's entry). With `--standby` both sides of a takeover say theirs: a run
@@ -80,14 +80,14 @@ pub(super) fn history_args(
         args.extend(["every_ms".into(), every.as_millis().to_string()]);
     }
     let taken_over_or_handed_on = |&a: &u32| a > 1 || !note.completes_tick;
-    if let Some(attempt) = attempt
-        .filter(|_| spec.tick.is_some())
-        .filter(taken_over_or_handed_on)
-    {
-        args.extend(["attempt".into(), attempt.to_string()]);
-    }
-    if spec.shared {
-        args.extend(["mode".into(), "shared".into()]);
+    match spec.kind {
+        LockKind::Tick(_) => {
+            if let Some(attempt) = attempt.filter(taken_over_or_handed_on) {
+                args.extend(["attempt".into(), attempt.to_string()]);
+            }
+        }
+        LockKind::Shared => args.extend(["mode".into(), "shared".into()]),
+        LockKind::Exclusive | LockKind::Semaphore(_) => {}
     }
     args
 }

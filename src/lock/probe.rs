@@ -5,7 +5,7 @@
 //! altogether). And the one write doctor makes: a probe lock taken and released through the
 //! same [`LockService`] calls a run makes ([`RedisLock::probe_lock`]).
 
-use super::failure::{Answer, Cause, Kind, Misuse};
+use super::failure::{Cause, ErrorReply, Kind, Misuse};
 use super::keys::Keys;
 use super::redis::RedisLock;
 use super::{Acquire, Holder, LockError, LockService, LockSpec, Release};
@@ -15,12 +15,13 @@ use std::time::Duration;
 /// What one probing command got back.
 #[derive(Debug)]
 pub enum ProbeReply {
-    Answer(Value),
+    /// The server's reply.
+    Replied(Value),
     /// The ACL does not let this user run it (NOPERM): the check that needed it cannot be made.
     Denied,
     /// The server answered with an error: an unknown (renamed, disabled, too new) command, wrong
     /// arguments for this version. Its words are scrubbed of credentials.
-    Error(Answer),
+    Error(ErrorReply),
 }
 
 impl RedisLock {
@@ -75,17 +76,9 @@ impl RedisLock {
     /// (the scripts are cached now). Then deletes the key's fencing counter, the one key a run
     /// leaves behind, and the key itself should a release have failed: it is doctor's own.
     pub async fn probe_lock(&mut self, key: &str) -> LockProbe {
-        let spec = LockSpec {
-            key: key.to_string(),
-            // Long enough for the slowest cycle the request timeout allows (NOSCRIPT, EVAL,
-            // release), short enough to be gone soon should the release not arrive.
-            ttl: (self.timeout * 4).max(Duration::from_secs(10)),
-            limit: None,
-            shared: false,
-            history: 0,
-            every: None,
-            tick: None,
-        };
+        // Long enough for the slowest cycle the request timeout allows (NOSCRIPT, EVAL,
+        // release), short enough to be gone soon should the release not arrive.
+        let spec = LockSpec::new(key, (self.timeout * 4).max(Duration::from_secs(10)));
         let holder = Holder::new(std::ffi::OsStr::new("lockrun-doctor"));
         self.by_sha_from_now(true);
         let first = self.cycle(&spec, &holder).await.map(|()| self.all_by_sha());
@@ -167,7 +160,7 @@ pub struct LockProbe {
 /// One reply as [`RedisLock::probe`] tells it.
 fn probed(reply: Result<Value, LockError>) -> Result<ProbeReply, LockError> {
     match reply {
-        Ok(v) => Ok(ProbeReply::Answer(v)),
+        Ok(v) => Ok(ProbeReply::Replied(v)),
         Err(LockError {
             kind: Kind::Denied(_),
             ..
@@ -199,7 +192,7 @@ mod tests {
         for refused in [Kind::Auth(Auth::Wrong), Kind::NotRedis(NotRedis::Protocol)] {
             assert!(probed(Err(LockError::on("h", refused))).is_err());
         }
-        let answer = Answer {
+        let answer = ErrorReply {
             code: Some("ERR".into()),
             unknown: true,
             words: "ERR unknown command 'CONFIG'".into(),

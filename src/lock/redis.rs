@@ -6,7 +6,7 @@
 //! to behind Sentinel in `routing.rs`, and sending it (`EVALSHA`/`EVAL`, acknowledgements,
 //! retries) in `send.rs`.
 
-use super::connect::{Connector, Fail};
+use super::connect::{Conn, Connector, NoConnection, Primary};
 use super::endpoint;
 use super::failure::{Cause, Kind, Misuse, NotRedis};
 use super::keys::has_hash_tag;
@@ -14,8 +14,9 @@ use super::redis_errors::{self, refusal, Sent};
 use super::scripts;
 use super::url::{Credentials, Secrets, TlsFiles};
 use super::LockError;
+use link::Route;
 use redis::Value;
-use routing::Router;
+use routing::{Router, Unrouted};
 use std::time::Duration;
 
 /// Everything besides the URL that decides how to reach and authenticate to the server(s).
@@ -117,66 +118,6 @@ impl RedisLock {
         self
     }
 
-    /// Whether writes must be acknowledged (`--acks`, `--fsync`).
-    fn acking(&self) -> bool {
-        self.acks > 0 || self.fsync
-    }
-
-    /// How long `WAIT`/`WAITAOF` may block: two thirds of the longest a reply may take (the
-    /// request timeout; a quarter of it in a cluster), so that it answers before the reply
-    /// timeout fires (redis-rs's own default would be 500 ms).
-    fn ack_wait_ms(&self) -> u64 {
-        (self.router.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
-    }
-
-    /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas
-    /// (and the server's own disk) have this connection's writes so far, the script just run.
-    fn ack_cmd(&self) -> redis::Cmd {
-        let mut cmd = if self.fsync {
-            let mut c = redis::cmd("WAITAOF");
-            c.arg(1);
-            c
-        } else {
-            redis::cmd("WAIT")
-        };
-        cmd.arg(self.acks).arg(self.ack_wait_ms());
-        cmd
-    }
-
-    /// The reply to [`Self::ack_cmd`]: fewer acknowledgements than asked means the write may be
-    /// lost in a failover, so the caller treats it as not done (unknown outcome).
-    fn check_ack(&self, reply: Value) -> Result<(), LockError> {
-        let wait_ms = self.ack_wait_ms();
-        let got = match reply {
-            Value::Int(n) if !self.fsync => n,
-            // WAITAOF → [local fsyncs, replica fsyncs].
-            Value::Array(v) if self.fsync => match v.as_slice() {
-                [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
-                [Value::Int(_), Value::Int(_)] => {
-                    return Err(
-                        self.error(Kind::Unavailable(Cause::NotSynced { within_ms: wait_ms }))
-                    )
-                }
-                _ => return Err(self.unexpected(&Value::Array(v))),
-            },
-            Value::ServerError(e) => {
-                return Err(match redis_errors::ack_refusal(&e, self.fsync) {
-                    Some(missing) => self.error(Kind::Unsupported(missing)),
-                    None => self.unavailable(&e.into()),
-                });
-            }
-            other => return Err(self.unexpected(&other)),
-        };
-        if got < i64::from(self.acks) {
-            return Err(self.error(Kind::Unavailable(Cause::NotAcked {
-                got,
-                want: self.acks,
-                within_ms: wait_ms,
-            })));
-        }
-        Ok(())
-    }
-
     /// On a Cluster, every key a script touches must share the lock's hash slot: refuse the
     /// names whose helpers cannot (a `}` without a hash tag, see [`helper_key`]).
     pub(super) fn check_key(&self, key: &str) -> Result<(), LockError> {
@@ -222,10 +163,10 @@ impl RedisLock {
     }
 
     /// What a failed connection attempt means (see [`Self::unavailable`]).
-    fn failed_connect(&self, fail: Fail) -> LockError {
+    fn failed_connect(&self, fail: NoConnection) -> LockError {
         match fail {
-            Fail::Redis(e) => self.unavailable(&e),
-            Fail::Topology(e) => e,
+            NoConnection::Redis(e) => self.unavailable(&e),
+            NoConnection::Topology(e) => e,
         }
     }
 
@@ -254,6 +195,32 @@ impl RedisLock {
     /// The command the scripts publish release hints with (see [`scripts::publish_command`]).
     pub(super) fn publish(&self) -> &'static str {
         scripts::publish_command(self.is_cluster())
+    }
+
+    // The connection, as the router (routing.rs) finds it; its failures in this server's words.
+    /// [`Router::connection`].
+    async fn connection(&mut self) -> Result<Conn, LockError> {
+        let routed = self.router.connection().await;
+        routed.map_err(|e| self.unrouted(e))
+    }
+
+    /// [`Router::lock_connection`].
+    async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
+        let routed = self.router.lock_connection(route).await;
+        routed.map_err(|e| self.unrouted(e))
+    }
+
+    /// [`Router::move_to`].
+    async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
+        let moved = self.router.move_to(primary).await;
+        moved.map_err(|e| self.unrouted(e))
+    }
+
+    fn unrouted(&self, e: Unrouted) -> LockError {
+        match e {
+            Unrouted::NoConnection(fail) => self.failed_connect(fail),
+            Unrouted::TimedOut(missing) => self.timed_out(missing),
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! [`Kind`] decided here. Kept apart from the I/O in `redis.rs` so every rule is unit-tested on
 //! the server's real error texts (Redis 7.0 and Valkey 8 word several of them differently).
 
-use super::failure::{Answer, Auth, Denied, Kind, Limit, NotRedis, On, Trouble, Unsupported};
+use super::failure::{Auth, Denied, ErrorReply, Kind, Limit, NotRedis, On, Trouble, Unsupported};
 use redis::RedisError;
 
 /// redis-rs's words for a configuration it refused (a URL it cannot use, TLS files it cannot
@@ -239,9 +239,9 @@ pub fn evalsha_refused(e: &RedisError) -> bool {
 }
 
 /// A server's error reply to one command, as the operators' commands get it (unscrubbed).
-pub fn answer(e: &RedisError) -> Answer {
+pub fn answer(e: &RedisError) -> ErrorReply {
     let words = e.to_string();
-    Answer {
+    ErrorReply {
         code: e.code().map(str::to_string),
         // `ACL DRYRUN` says "User … not found" and "Command '…' not found".
         unknown: words.to_ascii_lowercase().contains("unknown command")

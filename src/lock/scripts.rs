@@ -1,7 +1,9 @@
-//! lockrun's Lua scripts (`scripts/*.lua`), each with the name `EVALSHA` sends for it, and each
-//! script's Rust side beside its `.lua` file: a typed request that builds its `KEYS` and `ARGV`
-//! in the order the script reads them, and a typed reply decoded in one function (`decode`,
-//! which hands back a reply none of the script's as it came, for the caller to report).
+//! lockrun's Lua scripts (`scripts/`), each with the name `EVALSHA` sends for it, and each
+//! operation's Rust side beside its Lua: a typed request that builds its `KEYS` and `ARGV` in
+//! the order the script reads them, and a typed reply decoded in one function (`decode`, which
+//! hands back a reply none of the script's as it came, for the caller to report). Acquire,
+//! release and renew have one script per kind of lock (`acquire.rs` beside `acquire/*.lua`),
+//! chosen by the request's [`crate::lock::LockKind`]; `lib/` holds what several scripts share.
 //!
 //! Every text is fixed at compile time: what differs between deployments (the publish command
 //! on a Cluster) is a script argument, so a script has one SHA-1 wherever it runs. `build.rs`
@@ -49,19 +51,10 @@ pub struct Call {
 }
 
 /// What each script's request says: which script, and its `KEYS` and `ARGV` in the order the
-/// script reads them (each `.lua` file's header lists them).
+/// script reads them (each `.lua` file's header lists them), built in one place, so that the
+/// script and its arguments are chosen together.
 pub trait Request {
-    fn script(&self) -> &'static Script;
-    fn keys(&self) -> Vec<String>;
-    fn args(&self) -> Vec<String>;
-
-    fn call(&self) -> Call {
-        Call {
-            script: self.script(),
-            keys: self.keys(),
-            args: self.args(),
-        }
-    }
+    fn call(&self) -> Call;
 }
 
 impl Call {
@@ -224,14 +217,44 @@ mod tests {
     #[test]
     fn a_script_is_named_by_the_sha1_of_its_text() {
         // build.rs's names agree with the same digest computed here, at run time.
-        for script in [&ACQUIRE, &RELEASE, &RENEW, &INSPECT] {
+        for script in [
+            &ACQUIRE_EXCLUSIVE,
+            &RELEASE_EXCLUSIVE,
+            &RENEW_EXCLUSIVE,
+            &INSPECT,
+        ] {
             let sha = sha1_smol::Sha1::from(script.text()).digest().to_string();
             assert_eq!(script.sha(), sha);
         }
-        assert_ne!(ACQUIRE.sha(), RELEASE.sha());
-        assert!(ACQUIRE
+        assert_ne!(ACQUIRE_EXCLUSIVE.sha(), RELEASE_EXCLUSIVE.sha());
+        assert!(ACQUIRE_EXCLUSIVE
             .text()
-            .starts_with(include_str!("scripts/prelude.lua")));
+            .starts_with(include_str!("scripts/lib/prelude.lua")));
+    }
+
+    #[test]
+    fn every_scripts_sha1_is_pinned() {
+        // Servers cache scripts by SHA-1 and every request names one: a text that changes (a
+        // file moved into another script, a comment edited) is a new script to every server.
+        #[rustfmt::skip]
+        let pinned: [(&Script, &str); 13] = [
+            (&ACQUIRE_EXCLUSIVE, "fa91e85ce39a12b0709326e4a56c2288741b3e9e"),
+            (&RELEASE_EXCLUSIVE, "d2361a390dfb15f85415875fe4c5a7630e2cf7fa"),
+            (&ACQUIRE_TICK, "76af72053eb6d9dcd285a7dc4a5c57528bdb045a"),
+            (&RELEASE_TICK, "bb595046282430bbbffa0fde1c6ea966f5865b82"),
+            (&ACQUIRE_SEMAPHORE, "92d7c5958e2517d96f658b9ec055784977dd9adb"),
+            (&ACQUIRE_SHARED, "92001e09dec0cc91cbdcff412195fc12981d7dac"),
+            (&RELEASE_SEMAPHORE, "2cd18e21266096fb354d61685d6e5d6cdfc02252"),
+            (&LEAVE, "2f627240313b9f648fcc5d210ba2a8d17b61c569"),
+            (&FORCE_RELEASE, "94e060dbe0a74d7ce2f648bf099ce715339310e0"),
+            (&RENEW_EXCLUSIVE, "fca9b9126a7f00c7faf91546a29f94c89d22dda7"),
+            (&RENEW_SEMAPHORE, "df1d7ef1b09b976e4342958c091bb1e6a312da98"),
+            (&HELD_BY, "f9668a328bb5d368f9922f9053c3d7ed75a91702"),
+            (&INSPECT, "fab1f3b18997074f393fefb70765d248e8241ab4"),
+        ];
+        for (script, sha) in pinned {
+            assert_eq!(script.sha(), sha, "{}", &script.text()[..80]);
+        }
     }
 
     #[test]
@@ -239,10 +262,10 @@ mod tests {
         // The command comes from an argument: a text that named one would be rewritten or
         // wrong on a Cluster.
         for script in [
-            &ACQUIRE,
-            &RELEASE,
-            &SEM_ACQUIRE,
-            &SEM_RELEASE,
+            &ACQUIRE_EXCLUSIVE,
+            &RELEASE_EXCLUSIVE,
+            &ACQUIRE_SEMAPHORE,
+            &RELEASE_SEMAPHORE,
             &LEAVE,
             &FORCE_RELEASE,
         ] {
@@ -276,7 +299,7 @@ mod tests {
         // The server's error replies come back as errors (redis_errors reads them), not as a
         // reply for a script's decoder.
         let call = Call {
-            script: &RENEW,
+            script: &RENEW_EXCLUSIVE,
             keys: vec!["k".into()],
             args: vec![],
         };

@@ -231,7 +231,7 @@ async fn examine(
         .probe(redis::cmd("CLUSTER").arg("SLOTS").clone(), None)
         .await?
     {
-        ProbeReply::Answer(v) => slot_ranges(&v),
+        ProbeReply::Replied(v) => slot_ranges(&v),
         denied_or_error => {
             out.answered();
             let why = match denied_or_error {
@@ -279,7 +279,7 @@ async fn examine(
             .probe(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).clone(), None)
             .await
         {
-            Ok(ProbeReply::Answer(Value::Int(s))) => Some(s),
+            Ok(ProbeReply::Replied(Value::Int(s))) => Some(s),
             _ => None,
         };
         let f = match slot {

@@ -7,8 +7,8 @@
 
 use super::{ask_all, combine, glob, print_json, rough, HolderInfo};
 use crate::exit_codes::ExitCode;
-use crate::lock::inspect::Inspection;
 use crate::lock::redis::RedisLock;
+use crate::lock::scripts::inspect::Inspection;
 use crate::lock::LockError;
 use crate::logging::escape_controls;
 use serde_json::json;

@@ -6,8 +6,8 @@
 
 use super::{ask_all, print_json, HolderInfo};
 use crate::exit_codes::ExitCode;
-use crate::lock::inspect::Deleted;
 use crate::lock::redis::RedisLock;
+use crate::lock::scripts::force_release::Deleted;
 use crate::lock::{Holder, LockError, Note, Outcome};
 use serde_json::json;
 use std::collections::HashSet;

@@ -195,8 +195,8 @@ impl Job {
             let _ = give_terminal(fd, unistd::getpgrp());
         }
         let pid = started.map_err(|e| match e {
-            spawn::Failure::Expired => SpawnError::LeaseExpired,
-            spawn::Failure::Os(e) if e.kind() == io::ErrorKind::NotFound => {
+            spawn::Unstarted::Expired => SpawnError::LeaseExpired,
+            spawn::Unstarted::Os(e) if e.kind() == io::ErrorKind::NotFound => {
                 SpawnError::NotFound(match missing_interpreter(&argv[0]) {
                     Some(interp) if interp.ends_with('\r') => format!(
                         "cannot run {program}: its interpreter {} (named on its #! line) was not found: the script has Windows line endings (CRLF; convert it, e.g. with dos2unix)",
@@ -209,19 +209,19 @@ impl Job {
                     None => format!("command not found: {program}"),
                 })
             }
-            spawn::Failure::Start(e) => SpawnError::NoProcess(match e.raw_os_error() {
+            spawn::Unstarted::Start(e) => SpawnError::NoProcess(match e.raw_os_error() {
                 Some(libc::EAGAIN) => format!(
                     "cannot start {program}: the process limit is reached (fork: {e}; see ulimit -u)"
                 ),
                 _ => format!("cannot start {program}: no process could be made ({e})"),
             }),
-            spawn::Failure::Os(e) if e.raw_os_error() == Some(libc::E2BIG) => {
+            spawn::Unstarted::Os(e) if e.raw_os_error() == Some(libc::E2BIG) => {
                 SpawnError::NotExecutable(format!(
                     "cannot execute {program}: its arguments and environment (LOCKRUN_KEY among \
                      them) are larger than the kernel takes ({e})"
                 ))
             }
-            spawn::Failure::Os(e) => {
+            spawn::Unstarted::Os(e) => {
                 SpawnError::NotExecutable(format!("cannot execute {program}: {e}"))
             }
         })?;

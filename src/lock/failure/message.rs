@@ -3,13 +3,13 @@
 //! the run and the operators' commands decide by and never read back from the words.
 
 use super::{
-    Answer, At, Auth, Cause, Denied, Endless, Kind, Limit, LockError, Misuse, NotRedis, On,
+    At, Auth, Cause, Denied, Endless, ErrorReply, Kind, Limit, LockError, Misuse, NotRedis, On,
     Unsupported,
 };
 use crate::duration::Human;
 use std::fmt;
 
-impl fmt::Display for Answer {
+impl fmt::Display for ErrorReply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.words)
     }

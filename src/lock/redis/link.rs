@@ -1,9 +1,9 @@
 //! What the client knows about its connection, as one value: none, one to a server or a
 //! Cluster, or one to the primary the sentinels' majority named (and whether that answer has
-//! served a script yet). Generic over the connection so that its transitions are tested
-//! without one.
+//! served a script yet), and which primary a script must go to ([`Route`]), the one thing that
+//! decides whether the connection must be checked with the sentinels first. Generic over the
+//! connection so that its transitions are tested without one.
 
-use super::routing::Route;
 use crate::lock::connect::Primary;
 
 /// The connection of a `RedisLock` and what is known about where it goes.
@@ -20,15 +20,15 @@ pub(super) enum Link<C> {
     Named {
         conn: C,
         primary: Primary,
-        answer: Answer,
+        naming: Naming,
     },
 }
 
-/// Behind Sentinel: whether the sentinels' answer that chose the connection has served a
+/// Behind Sentinel: whether the sentinels' naming of the primary that chose the connection has served a
 /// script yet. The first script on a new connection goes without asking again; every later
 /// one asks first (see `Router::lock_connection`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Answer {
+pub(super) enum Naming {
     Fresh,
     Served,
 }
@@ -40,7 +40,7 @@ impl<C> Link<C> {
             Some(primary) => Link::Named {
                 conn,
                 primary,
-                answer: Answer::Fresh,
+                naming: Naming::Fresh,
             },
             None => Link::Direct(conn),
         }
@@ -73,7 +73,7 @@ impl<C> Link<C> {
             && matches!(
                 self,
                 Link::Named {
-                    answer: Answer::Served,
+                    naming: Naming::Served,
                     ..
                 }
             )
@@ -81,8 +81,8 @@ impl<C> Link<C> {
 
     /// A script is about to go on this connection: its answer has served.
     pub(super) fn serve(&mut self) {
-        if let Link::Named { answer, .. } = self {
-            *answer = Answer::Served;
+        if let Link::Named { naming, .. } = self {
+            *naming = Naming::Served;
         }
     }
 
@@ -90,6 +90,32 @@ impl<C> Link<C> {
     pub(super) fn elsewhere(&self, now: &Primary) -> bool {
         self.primary() != Some(now)
     }
+}
+
+/// Behind Sentinel, which primary a script must go to (elsewhere all alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Route {
+    /// The operators' commands: the connection's primary, as it was named when connecting
+    /// (one process, a few reads).
+    AsConnected,
+    /// The lock's scripts: the primary the sentinels' majority names for this one; without a
+    /// majority, unavailable (retried by the waiting loop, by the release, and by the
+    /// watchdog until the lease's deadline).
+    ///
+    /// Renewals too. A renewal that only the primary it is connected to confirms, while no
+    /// majority of the sentinels names that primary, proves nothing about the lease: that
+    /// primary may be the old one, cut off on the minority side of a partition with this
+    /// lockrun and one sentinel, while the majority has promoted a replica on which the key
+    /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
+    /// would keep the job running for as long as the partition lasts. So the
+    /// deadline moves only for a renewal confirmed by the primary a majority named just before
+    /// it was sent, and without a majority the renewal is not sent at all: it could not move
+    /// the deadline, its token check on that primary could only say what the primary the
+    /// majority follows may no longer hold, and a key it extended there would only outlive the
+    /// job the watchdog is about to stop (the release cannot reach it without a majority
+    /// either). The watchdog asks again until the deadline; the job is stopped before it ends
+    /// unless a majority answers by then.
+    Named,
 }
 
 #[cfg(test)]
@@ -150,7 +176,7 @@ mod tests {
             Link::Named {
                 conn: "new",
                 primary: primary(2),
-                answer: Answer::Fresh
+                naming: Naming::Fresh
             }
         );
         assert!(!link.must_ask(Route::Named));

@@ -1,8 +1,8 @@
 //! The lock protocol ([`LockService`]) on one server: each operation one script (see
 //! `scripts/`), its request built and its reply decoded there.
 
-use super::send::Failed;
-use super::{routing::Route, RedisLock, TICKET};
+use super::send::EvalError;
+use super::{link::Route, RedisLock, TICKET};
 use crate::lock::failure::{Kind, Misuse};
 use crate::lock::keys::{history_args, wake_channel};
 use crate::lock::scripts::acquire::{AcquireReply, AcquireRequest};
@@ -11,8 +11,8 @@ use crate::lock::scripts::release::{ReleaseReply, ReleaseRequest};
 use crate::lock::scripts::renew::{RenewReply, RenewRequest};
 use crate::lock::scripts::{held_by, Request};
 use crate::lock::{
-    public_id, Acquire, Holder, Lease, LockError, LockService, LockSpec, Note, Reading, Release,
-    Renew,
+    public_id, Acquire, Holder, Lease, LockError, LockKind, LockService, LockSpec, Note, Reading,
+    Release, Renew,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -62,22 +62,20 @@ impl LockService for RedisLock {
         self.check_key(&spec.key)?;
         let request = AcquireRequest {
             key: &spec.key,
+            kind: spec.kind,
             value: &holder.value,
             ttl: spec.ttl,
             id: &holder.id,
             ticket: queue.then_some(TICKET),
-            limit: spec.limit,
             // The history cap, read only when this attempt ends the run (not queueing, lock
             // held): the script composes that "skipped" entry from the holder value.
             // A tick's script writes only the entry of an earlier attempt that never released.
-            history: if queue && spec.tick.is_none() {
-                0
-            } else {
-                spec.history
+            history: match spec.kind {
+                LockKind::Tick(_) => spec.history,
+                _ if queue => 0,
+                _ => spec.history,
             },
             publish: self.publish(),
-            tick: spec.tick,
-            shared: spec.shared,
         };
         let sent_at = Instant::now();
         self.unsettled = true;
@@ -132,10 +130,9 @@ impl LockService for RedisLock {
     async fn renew(&mut self, spec: &LockSpec, lease: &Lease) -> Result<Renew, LockError> {
         let request = RenewRequest {
             key: &spec.key,
+            kind: spec.kind,
             value: &lease.holder.value,
             ttl: spec.ttl,
-            semaphore: spec.limit.is_some(),
-            shared: spec.shared,
         };
         let sent = Instant::now();
         let (reply, acked) = self
@@ -173,7 +170,7 @@ impl LockService for RedisLock {
         let request = held_by::HeldByRequest {
             key: &spec.key,
             id: &id,
-            lock: spec.limit.is_none(),
+            kind: spec.kind,
         };
         let (reply, _) = self
             .eval_acked(&request.call(), false, Route::Named)
@@ -183,7 +180,7 @@ impl LockService for RedisLock {
             Ok(held_by::HeldBy::Nobody) => Ok(false),
             // A shared holder's job may run a shared lockrun of the key within it; an exclusive
             // one would have to wait for its own enclosing holder: no upgrade.
-            Ok(held_by::HeldBy::SharedHolder) if spec.shared => Ok(true),
+            Ok(held_by::HeldBy::SharedHolder) if spec.kind == LockKind::Shared => Ok(true),
             Ok(held_by::HeldBy::SharedHolder) => Err(self.error(Kind::Misuse(Misuse::NoUpgrade {
                 key: spec.key.clone(),
             }))),
@@ -200,7 +197,7 @@ impl LockService for RedisLock {
         let request = LeaveRequest {
             key: &spec.key,
             id: &holder.id,
-            limit: spec.limit,
+            kind: spec.kind,
             history: history_args(spec, holder, None, None, note),
             publish: self.publish(),
         };
@@ -268,11 +265,11 @@ impl RedisLock {
                 holder,
                 pttl,
                 rank,
-                tick_left: tick_left.filter(|_| spec.tick.is_some()),
+                tick_left: tick_left.filter(|_| spec.kind.tick().is_some()),
             },
             AcquireReply::TickEnded { completed } => Acquire::TickEnded { completed },
             AcquireReply::Refused(refusal) => {
-                let misuse = refusal.misuse(&spec.key, spec.limit);
+                let misuse = refusal.misuse(&spec.key, spec.kind);
                 return Err(self.error(Kind::Misuse(misuse)));
             }
         })
@@ -291,20 +288,19 @@ impl RedisLock {
         let fence = (lease.fence > 0).then_some(lease.fence);
         let request = ReleaseRequest {
             key: &spec.key,
+            kind: spec.kind,
             value: &lease.holder.value,
             keep: keep_for,
-            semaphore: spec.limit.is_some(),
-            shared: spec.shared,
+            completes_tick: note.is_some_and(|n| n.completes_tick),
             history: history_args(spec, &lease.holder, fence, Some(lease.attempt), note),
             publish: self.publish(),
-            tick: spec.tick.map(|_| note.is_some_and(|n| n.completes_tick)),
         };
         let (reply, acked) = self
             // Behind Sentinel on the primary named now: "released" means deleted where the
             // key lives, not on a replaced primary that still accepts writes.
             .eval_once(&request.call(), ack, Route::Named)
             .await
-            .map_err(Failed::into_error)?;
+            .map_err(EvalError::into_error)?;
         if let Some(e) = acked.err().filter(LockError::is_outage) {
             // (A refusal of WAIT/WAITAOF was reported by the acquire already.)
             // The key is deleted on the primary; if a failover loses that, it only lingers
@@ -331,16 +327,8 @@ mod tests {
         RedisLock::new("redis://127.0.0.1:6390", &options, Duration::from_secs(1)).unwrap()
     }
 
-    fn spec(limit: Option<u32>) -> LockSpec {
-        LockSpec {
-            key: "job".into(),
-            ttl: Duration::from_secs(10),
-            limit,
-            shared: false,
-            history: 0,
-            every: None,
-            tick: None,
-        }
+    fn spec() -> LockSpec {
+        LockSpec::new("job", Duration::from_secs(10))
     }
 
     fn lease() -> Lease {
@@ -358,8 +346,7 @@ mod tests {
             attempt: None,
         };
         let lease = lease();
-        let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
-        else {
+        let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(), lease.clone(), reply) else {
             panic!("not acquired")
         };
         assert_eq!(got.fence, 42);
@@ -374,7 +361,7 @@ mod tests {
                 server_us,
                 attempt: None,
             };
-            let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(None), lease.clone(), reply)
+            let Ok(Acquire::Acquired(got)) = new_lock().acquired(&spec(), lease.clone(), reply)
             else {
                 panic!("not acquired")
             };
@@ -390,7 +377,7 @@ mod tests {
             rank: Some(1),
             tick_left: None,
         };
-        let got = new_lock().acquired(&spec(None), lease(), reply);
+        let got = new_lock().acquired(&spec(), lease(), reply);
         let Ok(Acquire::Held {
             holder, pttl, rank, ..
         }) = got
@@ -406,7 +393,7 @@ mod tests {
         let reply = AcquireReply::Refused(Refusal::Misused {
             kind: "zset".into(),
         });
-        let Err(e) = new_lock().acquired(&spec(None), lease(), reply) else {
+        let Err(e) = new_lock().acquired(&spec(), lease(), reply) else {
             panic!("not refused")
         };
         assert_eq!(

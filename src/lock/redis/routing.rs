@@ -5,9 +5,8 @@
 //! the connector) rather than [`Connector`] itself, so that it is unit-tested against a fake
 //! connector: the tests below. `RedisLock` holds a `Router<Connector>` (static dispatch).
 
-use super::{link::Link, RedisLock};
-use crate::lock::connect::{Conn, Connector, Fail, Primary, Wake};
-use crate::lock::LockError;
+use super::link::{Link, Route};
+use crate::lock::connect::{Conn, Connector, NoConnection, Primary, Wake};
 use std::future::Future;
 use std::time::Duration;
 
@@ -21,14 +20,14 @@ pub(super) trait Primaries {
     /// See [`Connector::watch_every`].
     fn watch_every(&self) -> Option<Duration>;
     /// See [`Connector::named_primary`].
-    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, Fail>>;
+    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, NoConnection>>;
     /// See [`Connector::connect`].
-    fn connect(&self) -> impl Future<Output = Result<(Self::Conn, Option<Primary>), Fail>>;
+    fn connect(&self) -> impl Future<Output = Result<(Self::Conn, Option<Primary>), NoConnection>>;
     /// See [`Connector::connect_to`].
     fn connect_to(
         &self,
         primary: Option<&Primary>,
-    ) -> impl Future<Output = Result<Self::Conn, Fail>>;
+    ) -> impl Future<Output = Result<Self::Conn, NoConnection>>;
 }
 
 impl Primaries for Connector {
@@ -39,15 +38,18 @@ impl Primaries for Connector {
         Connector::watch_every(self)
     }
 
-    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, Fail>> {
+    fn named_primary(&self) -> impl Future<Output = Result<Option<Primary>, NoConnection>> {
         Connector::named_primary(self)
     }
 
-    fn connect(&self) -> impl Future<Output = Result<(Conn, Option<Primary>), Fail>> {
+    fn connect(&self) -> impl Future<Output = Result<(Conn, Option<Primary>), NoConnection>> {
         Connector::connect(self)
     }
 
-    fn connect_to(&self, primary: Option<&Primary>) -> impl Future<Output = Result<Conn, Fail>> {
+    fn connect_to(
+        &self,
+        primary: Option<&Primary>,
+    ) -> impl Future<Output = Result<Conn, NoConnection>> {
         Connector::connect_to(self, primary)
     }
 }
@@ -68,7 +70,7 @@ pub(super) struct Router<K: Primaries> {
 /// Why routing gave no connection: the connector's failure, or nothing within the timeout
 /// (what did not come).
 pub(super) enum Unrouted {
-    Failed(Fail),
+    NoConnection(NoConnection),
     TimedOut(&'static str),
 }
 
@@ -92,7 +94,7 @@ impl<K: Primaries> Router<K> {
         let (conn, primary) =
             match tokio::time::timeout(self.timeout, self.connector.connect()).await {
                 Ok(Ok(connected)) => connected,
-                Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+                Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
                 Err(_) => return Err(Unrouted::TimedOut("no connection")),
             };
         self.link = Link::connected(conn.clone(), primary);
@@ -116,7 +118,7 @@ impl<K: Primaries> Router<K> {
                     self.move_to(now).await?;
                 }
                 Ok(Ok(_)) => {}
-                Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+                Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
                 Err(_) => return Err(Unrouted::TimedOut("no answer from the sentinels")),
             }
         }
@@ -136,7 +138,7 @@ impl<K: Primaries> Router<K> {
         let connecting = self.connector.connect_to(Some(&primary));
         let conn = match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(fail)) => return Err(Unrouted::Failed(fail)),
+            Ok(Err(fail)) => return Err(Unrouted::NoConnection(fail)),
             Err(_) => return Err(Unrouted::TimedOut("no connection")),
         };
         self.link = Link::connected(conn, Some(primary));
@@ -169,60 +171,6 @@ impl<K: Primaries> Router<K> {
             now = watch => Err(now),
         }
     }
-}
-
-/// The routing's failures in `RedisLock`'s words.
-impl RedisLock {
-    /// [`Router::connection`].
-    pub(super) async fn connection(&mut self) -> Result<Conn, LockError> {
-        let routed = self.router.connection().await;
-        routed.map_err(|e| self.unrouted(e))
-    }
-
-    /// [`Router::lock_connection`].
-    pub(super) async fn lock_connection(&mut self, route: Route) -> Result<Conn, LockError> {
-        let routed = self.router.lock_connection(route).await;
-        routed.map_err(|e| self.unrouted(e))
-    }
-
-    /// [`Router::move_to`].
-    pub(super) async fn move_to(&mut self, primary: Primary) -> Result<(), LockError> {
-        let moved = self.router.move_to(primary).await;
-        moved.map_err(|e| self.unrouted(e))
-    }
-
-    fn unrouted(&self, e: Unrouted) -> LockError {
-        match e {
-            Unrouted::Failed(fail) => self.failed_connect(fail),
-            Unrouted::TimedOut(missing) => self.timed_out(missing),
-        }
-    }
-}
-
-/// Behind Sentinel, which primary a script must go to (elsewhere all alike).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Route {
-    /// The operators' commands: the connection's primary, as it was named when connecting
-    /// (one process, a few reads).
-    AsConnected,
-    /// The lock's scripts: the primary the sentinels' majority names for this one; without a
-    /// majority, unavailable (retried by the waiting loop, by the release, and by the
-    /// watchdog until the lease's deadline).
-    ///
-    /// Renewals too. A renewal that only the primary it is connected to confirms, while no
-    /// majority of the sentinels names that primary, proves nothing about the lease: that
-    /// primary may be the old one, cut off on the minority side of a partition with this
-    /// lockrun and one sentinel, while the majority has promoted a replica on which the key
-    /// expires by its last replicated renewal and a waiter acquires. Counted, such renewals
-    /// would keep the job running for as long as the partition lasts. So the
-    /// deadline moves only for a renewal confirmed by the primary a majority named just before
-    /// it was sent, and without a majority the renewal is not sent at all: it could not move
-    /// the deadline, its token check on that primary could only say what the primary the
-    /// majority follows may no longer hold, and a key it extended there would only outlive the
-    /// job the watchdog is about to stop (the release cannot reach it without a majority
-    /// either). The watchdog asks again until the deadline; the job is stopped before it ends
-    /// unless a majority answers by then.
-    Named,
 }
 
 #[cfg(test)]
@@ -278,7 +226,7 @@ mod tests {
             matches!(self.endpoint.shape, Shape::Sentinel { .. }).then_some(EVERY)
         }
 
-        async fn named_primary(&self) -> Result<Option<Primary>, Fail> {
+        async fn named_primary(&self) -> Result<Option<Primary>, NoConnection> {
             let n = self.asked.get();
             self.asked.set(n + 1);
             let Shape::Sentinel { service, .. } = &self.endpoint.shape else {
@@ -292,14 +240,14 @@ mod tests {
                     return Ok(Some(named));
                 }
             }
-            Err(Fail::Topology(votes.failure(
+            Err(NoConnection::Topology(votes.failure(
                 &self.endpoint,
                 service,
                 TIMEOUT / 2,
             )))
         }
 
-        async fn connect(&self) -> Result<(usize, Option<Primary>), Fail> {
+        async fn connect(&self) -> Result<(usize, Option<Primary>), NoConnection> {
             let primary = match self.endpoint.shape {
                 Shape::Sentinel { .. } => self.named_primary().await?,
                 _ => None,
@@ -307,7 +255,7 @@ mod tests {
             Ok((self.connect_to(primary.as_ref()).await?, primary))
         }
 
-        async fn connect_to(&self, primary: Option<&Primary>) -> Result<usize, Fail> {
+        async fn connect_to(&self, primary: Option<&Primary>) -> Result<usize, NoConnection> {
             let mut made = self.made.borrow_mut();
             made.push(primary.cloned());
             Ok(made.len() - 1)
@@ -338,11 +286,11 @@ mod tests {
     /// What routing gave: the connection's number, or its failure's words.
     fn said<T>(routed: Result<T, Unrouted>) -> Result<T, String> {
         routed.map_err(|e| match e {
-            Unrouted::Failed(Fail::Topology(e)) => {
+            Unrouted::NoConnection(NoConnection::Topology(e)) => {
                 assert!(e.is_outage(), "{e}");
                 e.to_string()
             }
-            Unrouted::Failed(Fail::Redis(e)) => e.to_string(),
+            Unrouted::NoConnection(NoConnection::Redis(e)) => e.to_string(),
             Unrouted::TimedOut(missing) => missing.to_string(),
         })
     }

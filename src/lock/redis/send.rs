@@ -2,9 +2,9 @@
 //! `EVAL`, with `WAIT`/`WAITAOF` pipelined behind it, retried where that is safe, and every
 //! failure turned into what it means.
 
-use super::{routing::Route, RedisLock};
+use super::{link::Route, RedisLock};
 use crate::lock::connect::{Conn, Primary};
-use crate::lock::failure::{Kind, Misuse, NotRedis};
+use crate::lock::failure::{Cause, Kind, Misuse, NotRedis};
 use crate::lock::redis_errors::{self, is_dropped, is_transient, refusal, Sent};
 use crate::lock::scripts::{as_string, Call};
 use crate::lock::LockError;
@@ -139,13 +139,13 @@ impl RedisLock {
             // caller (an acquire finding our own value is success; renew and the queue scripts
             // are token-checked). Not after a timeout or a refused connection: the server is
             // slow, black-holed or down, and the budget for this request is spent.
-            Err(Failed::Dropped(e)) => {
+            Err(EvalError::Dropped(e)) => {
                 tracing::debug!(error = %e, "connection dropped; retrying once on a new one");
                 self.eval_once(call, ack, route)
                     .await
-                    .map_err(Failed::into_error)
+                    .map_err(EvalError::into_error)
             }
-            other => other.map_err(Failed::into_error),
+            other => other.map_err(EvalError::into_error),
         }
     }
 
@@ -156,7 +156,7 @@ impl RedisLock {
         call: &Call,
         ack: bool,
         route: Route,
-    ) -> Result<(Value, Acked), Failed> {
+    ) -> Result<(Value, Acked), EvalError> {
         let sent = Sent {
             script: call.script.text(),
             publish: self.publish(),
@@ -167,17 +167,20 @@ impl RedisLock {
         // most: the sentinels do not fail over that often.
         let mut moves = 0;
         let (reply, mut conn) = loop {
-            let mut conn = self.lock_connection(route).await.map_err(Failed::Other)?;
+            let mut conn = self
+                .lock_connection(route)
+                .await
+                .map_err(EvalError::Other)?;
             match self.send_script(&mut conn, call, ack, watched).await {
                 Ok(reply) => break (reply, conn),
                 Err(now) if moves < 3 => {
                     moves += 1;
                     tracing::debug!("no reply yet, and the sentinels name another primary");
-                    self.move_to(now).await.map_err(Failed::Other)?;
+                    self.move_to(now).await.map_err(EvalError::Other)?;
                 }
                 Err(_) => {
                     self.router.link.forget();
-                    return Err(Failed::Other(self.timed_out(
+                    return Err(EvalError::Other(self.timed_out(
                         "no reply (the sentinels named a new primary three times meanwhile)",
                     )));
                 }
@@ -188,21 +191,21 @@ impl RedisLock {
             // No EVAL: a Sentinel's port given as redis:// is the likely mistake; say so.
             Err(e) if redis_errors::unknown_command(&e) && self.is_sentinel(&mut conn).await => {
                 self.router.link.forget();
-                Err(Failed::Other(
+                Err(EvalError::Other(
                     self.error(Kind::NotRedis(NotRedis::Sentinel)),
                 ))
             }
             Err(e) if refusal(&e, Some(sent)).is_some() => {
                 self.router.link.forget();
-                Err(Failed::Other(self.failure(&e, Some(sent))))
+                Err(EvalError::Other(self.failure(&e, Some(sent))))
             }
             Err(e) if is_dropped(&e) => {
                 self.router.link.forget();
-                Err(Failed::Dropped(self.unavailable(&e)))
+                Err(EvalError::Dropped(self.unavailable(&e)))
             }
             Err(e) if is_transient(&e) => {
                 self.router.link.forget();
-                Err(Failed::Other(self.unavailable(&e)))
+                Err(EvalError::Other(self.unavailable(&e)))
             }
             // Every error a script of lockrun's can meet on a working server is one of the
             // above (refusals, transient trouble): anything else means the server cannot run
@@ -210,7 +213,7 @@ impl RedisLock {
             Err(e) => {
                 self.router.link.forget();
                 let words = redis_errors::server_words(&e);
-                Err(Failed::Other(
+                Err(EvalError::Other(
                     self.error(Kind::NotRedis(NotRedis::Answered(words))),
                 ))
             }
@@ -229,9 +232,7 @@ impl RedisLock {
             _ => false,
         }
     }
-}
 
-impl RedisLock {
     /// `script` on `conn`, by `EVALSHA` or `EVAL` (see [`Self::send`]); `watched`: behind
     /// Sentinel, `Err` with the primary the sentinels name instead, if they name another one
     /// while the reply is late (see `Router::watched`).
@@ -377,21 +378,81 @@ impl RedisLock {
             .extract_error()
             .map(|v| (v, acked))
     }
+
+    /// Whether writes must be acknowledged (`--acks`, `--fsync`).
+    pub(super) fn acking(&self) -> bool {
+        self.acks > 0 || self.fsync
+    }
+
+    /// How long `WAIT`/`WAITAOF` may block: two thirds of the longest a reply may take (the
+    /// request timeout; a quarter of it in a cluster), so that it answers before the reply
+    /// timeout fires (redis-rs's own default would be 500 ms).
+    fn ack_wait_ms(&self) -> u64 {
+        (self.router.connector.reply_timeout().as_millis() * 2 / 3).max(1) as u64
+    }
+
+    /// `WAIT acks ms`, or `WAITAOF 1 acks ms` with `--fsync`: blocks until that many replicas
+    /// (and the server's own disk) have this connection's writes so far, the script just run.
+    pub(super) fn ack_cmd(&self) -> redis::Cmd {
+        let mut cmd = if self.fsync {
+            let mut c = redis::cmd("WAITAOF");
+            c.arg(1);
+            c
+        } else {
+            redis::cmd("WAIT")
+        };
+        cmd.arg(self.acks).arg(self.ack_wait_ms());
+        cmd
+    }
+
+    /// The reply to [`Self::ack_cmd`]: fewer acknowledgements than asked means the write may be
+    /// lost in a failover, so the caller treats it as not done (unknown outcome).
+    fn check_ack(&self, reply: Value) -> Result<(), LockError> {
+        let wait_ms = self.ack_wait_ms();
+        let got = match reply {
+            Value::Int(n) if !self.fsync => n,
+            // WAITAOF → [local fsyncs, replica fsyncs].
+            Value::Array(v) if self.fsync => match v.as_slice() {
+                [Value::Int(local), Value::Int(replicas)] if *local >= 1 => *replicas,
+                [Value::Int(_), Value::Int(_)] => {
+                    return Err(
+                        self.error(Kind::Unavailable(Cause::NotSynced { within_ms: wait_ms }))
+                    )
+                }
+                _ => return Err(self.unexpected(&Value::Array(v))),
+            },
+            Value::ServerError(e) => {
+                return Err(match redis_errors::ack_refusal(&e, self.fsync) {
+                    Some(missing) => self.error(Kind::Unsupported(missing)),
+                    None => self.unavailable(&e.into()),
+                });
+            }
+            other => return Err(self.unexpected(&other)),
+        };
+        if got < i64::from(self.acks) {
+            return Err(self.error(Kind::Unavailable(Cause::NotAcked {
+                got,
+                want: self.acks,
+                within_ms: wait_ms,
+            })));
+        }
+        Ok(())
+    }
 }
 
 /// Whether the replicas acknowledged a write (always Ok when no acknowledgement was asked).
 pub(super) type Acked = Result<(), LockError>;
 
 /// How one `EVAL` failed: on a connection that was dropped under it, or otherwise.
-pub(super) enum Failed {
+pub(super) enum EvalError {
     Dropped(LockError),
     Other(LockError),
 }
 
-impl Failed {
+impl EvalError {
     pub(super) fn into_error(self) -> LockError {
         match self {
-            Failed::Dropped(e) | Failed::Other(e) => e,
+            EvalError::Dropped(e) | EvalError::Other(e) => e,
         }
     }
 }
@@ -402,7 +463,7 @@ mod tests {
     use crate::lock::failure::Cause;
     use crate::lock::redis::ConnectOptions;
     use crate::lock::scripts::mock::{array, error_reply, MockConnection};
-    use crate::lock::scripts::RENEW;
+    use crate::lock::scripts::RENEW_EXCLUSIVE;
     use std::time::Duration;
 
     fn new_lock() -> RedisLock {
@@ -412,7 +473,7 @@ mod tests {
 
     fn call() -> Call {
         Call {
-            script: &RENEW,
+            script: &RENEW_EXCLUSIVE,
             keys: vec!["job".into()],
             args: vec!["v".into(), "1000".into()],
         }
@@ -448,8 +509,8 @@ mod tests {
         ]);
         let (reply, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!((reply, acked), (Value::Int(5), Ok(())));
-        assert_eq!(conn.sent[0][..2], ["EVALSHA", RENEW.sha()]);
-        assert_eq!(conn.sent[1][..2], ["EVAL", RENEW.text()]);
+        assert_eq!(conn.sent[0][..2], ["EVALSHA", RENEW_EXCLUSIVE.sha()]);
+        assert_eq!(conn.sent[1][..2], ["EVAL", RENEW_EXCLUSIVE.text()]);
         assert_eq!(
             conn.sent[0][2..],
             conn.sent[1][2..],
@@ -460,11 +521,11 @@ mod tests {
         let (_, acked) = send(&mut lock, &mut conn, false).unwrap();
         assert_eq!(acked, Ok(()));
         assert_eq!(conn.sent.len(), 3);
-        assert_eq!(conn.sent[2][..2], ["EVALSHA", RENEW.sha()]);
+        assert_eq!(conn.sent[2][..2], ["EVALSHA", RENEW_EXCLUSIVE.sha()]);
         // The server lost the others too: another script goes whole once (no NOSCRIPT round
         // trip), then by SHA-1.
         let release = Call {
-            script: &crate::lock::scripts::RELEASE,
+            script: &crate::lock::scripts::RELEASE_EXCLUSIVE,
             ..call()
         };
         for _ in 0..2 {

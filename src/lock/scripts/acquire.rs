@@ -1,17 +1,20 @@
-//! acquire.lua (a lock), shared_acquire.lua (a lock in shared mode) and sem_acquire.lua (a
-//! semaphore): one request, one reply, since all answer alike.
+//! One acquire attempt, by the script of the lock's kind (`acquire/*.lua`): one request, one
+//! reply, since all answer alike.
 
 use super::{
-    as_int, as_string, Request, Script, ACQUIRE, ACQUIRE_TICK, SEM_ACQUIRE, SHARED_ACQUIRE,
+    as_int, as_string, Call, Request, ACQUIRE_EXCLUSIVE, ACQUIRE_SEMAPHORE, ACQUIRE_SHARED,
+    ACQUIRE_TICK,
 };
 use crate::lock::failure::Misuse;
 use crate::lock::keys::{wake_channel, Keys};
+use crate::lock::LockKind;
 use redis::Value;
 use std::time::Duration;
 
 /// One acquire attempt.
 pub struct AcquireRequest<'a> {
     pub key: &'a str,
+    pub kind: LockKind,
     /// The holder value written as the lock's value (or as the semaphore's member).
     pub value: &'a str,
     pub ttl: Duration,
@@ -19,45 +22,21 @@ pub struct AcquireRequest<'a> {
     pub id: &'a str,
     /// How long a place in the queue lasts; `None`: not waiting, do not queue.
     pub ticket: Option<Duration>,
-    /// `None`: a lock (acquire.lua); `Some(n)`: a semaphore of n slots (sem_acquire.lua).
-    pub limit: Option<u32>,
     /// The history cap for the "skipped" entry of an attempt that ends its run (0: none).
     pub history: u32,
     /// The command that publishes a release hint (see `scripts::publish_command`).
     pub publish: &'static str,
-    /// `--standby`: the attempt is for one tick of this length (acquire_tick.lua).
-    pub tick: Option<Duration>,
-    /// `--shared`: the lock in shared mode (shared_acquire.lua).
-    pub shared: bool,
 }
 
 impl Request for AcquireRequest<'_> {
-    fn script(&self) -> &'static Script {
-        match (self.limit, self.tick, self.shared) {
-            (Some(_), _, _) => &SEM_ACQUIRE,
-            (None, Some(_), _) => &ACQUIRE_TICK,
-            (None, None, true) => &SHARED_ACQUIRE,
-            (None, None, false) => &ACQUIRE,
-        }
-    }
-
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries,
     /// KEYS[5] history; for a tick, KEYS[6] its record; then the shared holders of a lock of
     /// that name (`--shared`), which every kind of acquire must see.
-    fn keys(&self) -> Vec<String> {
+    /// ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms (0: none);
+    /// then, by kind, what its script reads after those (its file's header lists them).
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
         let mut keys = vec![self.key.into(), k.fence, k.queue, k.tickets, k.history];
-        if self.limit.is_none() && self.tick.is_some() {
-            keys.push(k.tick);
-        }
-        keys.push(k.shared);
-        keys
-    }
-
-    /// ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms (0: none);
-    /// a semaphore's ARGV[5] limit, then (a semaphore or a shared lock) the wake channel and
-    /// the publish command; then the history cap; for a tick, then the tick's length in ms.
-    fn args(&self) -> Vec<String> {
         let ticket = self.ticket.map_or(0, |t| t.as_millis());
         let mut args = vec![
             self.value.into(),
@@ -65,17 +44,38 @@ impl Request for AcquireRequest<'_> {
             self.id.into(),
             ticket.to_string(),
         ];
-        if let Some(n) = self.limit {
-            args.push(n.to_string());
-        }
-        if self.limit.is_some() || (self.shared && self.tick.is_none()) {
-            args.extend([wake_channel(self.key), self.publish.into()]);
-        }
-        args.push(self.history.to_string());
-        if let Some(tick) = self.tick {
-            args.push(tick.as_millis().to_string());
-        }
-        args
+        let history = self.history.to_string();
+        let script = match self.kind {
+            // ARGV[5] the history cap.
+            LockKind::Exclusive => {
+                args.push(history);
+                &ACQUIRE_EXCLUSIVE
+            }
+            // ARGV[5] wake channel, ARGV[6] publish command, ARGV[7] the history cap.
+            LockKind::Shared => {
+                args.extend([wake_channel(self.key), self.publish.into(), history]);
+                &ACQUIRE_SHARED
+            }
+            // ARGV[5] the limit, ARGV[6] wake channel, ARGV[7] publish command, ARGV[8] the
+            // history cap.
+            LockKind::Semaphore(limit) => {
+                args.extend([
+                    limit.to_string(),
+                    wake_channel(self.key),
+                    self.publish.into(),
+                    history,
+                ]);
+                &ACQUIRE_SEMAPHORE
+            }
+            // KEYS[6] the tick's record; ARGV[5] the history cap, ARGV[6] the tick's length ms.
+            LockKind::Tick(length) => {
+                keys.push(k.tick);
+                args.extend([history, length.as_millis().to_string()]);
+                &ACQUIRE_TICK
+            }
+        };
+        keys.push(k.shared);
+        Call { script, keys, args }
     }
 }
 
@@ -170,15 +170,16 @@ impl AcquireReply {
 }
 
 impl Refusal {
-    /// What the refusal says about `key` (`limit`: as requested).
-    pub fn misuse(&self, key: &str, limit: Option<u32>) -> Misuse {
+    /// What the refusal says about `key`, taken as a lock of kind `asked`.
+    pub fn misuse(&self, key: &str, asked: LockKind) -> Misuse {
         let key = key.to_string();
+        let semaphore = matches!(asked, LockKind::Semaphore(_));
         match self {
-            Refusal::Misused { kind } => match (limit, kind.as_str()) {
+            Refusal::Misused { kind } => match (semaphore, kind.as_str()) {
                 (_, "foreign-zset") => Misuse::ForeignSemaphore { key },
                 (_, "shared") => Misuse::IsShared { key },
-                (None, "zset") => Misuse::IsSemaphore { key },
-                (Some(_), "string") => Misuse::IsPlainLock { key },
+                (false, "zset") => Misuse::IsSemaphore { key },
+                (true, "string") => Misuse::IsPlainLock { key },
                 _ => Misuse::Foreign {
                     key,
                     found: kind.clone(),
@@ -209,18 +210,16 @@ mod tests {
     use super::super::mock::*;
     use super::*;
 
-    fn request(limit: Option<u32>, ticket: Option<Duration>) -> AcquireRequest<'static> {
+    fn request(kind: LockKind, ticket: Option<Duration>) -> AcquireRequest<'static> {
         AcquireRequest {
             key: "job",
+            kind,
             value: "abc host=h pid=1",
             ttl: Duration::from_millis(1500),
             id: "abc",
             ticket,
-            limit,
             history: 7,
             publish: "PUBLISH",
-            tick: None,
-            shared: false,
         }
     }
 
@@ -234,21 +233,21 @@ mod tests {
 
     #[test]
     fn a_lock_sends_value_ttl_id_ticket_and_history_cap() {
-        let call = request(None, Some(Duration::from_secs(3))).call();
+        let call = request(LockKind::Exclusive, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let args = ["abc host=h pid=1", "1500", "abc", "3000", "7"];
         // An exclusive attempt names the shared holders too: it must see them.
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:shared:{job}");
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), ACQUIRE.sha());
-        let call = request(None, None).call();
+        assert_eq!(call.script.sha(), ACQUIRE_EXCLUSIVE.sha());
+        let call = request(LockKind::Exclusive, None).call();
         assert_eq!(call.args, ["abc host=h pid=1", "1500", "abc", "0", "7"]);
     }
 
     #[test]
     fn a_semaphore_sends_its_limit_channel_and_publish_command_before_the_cap() {
-        let call = request(Some(3), None).call();
+        let call = request(LockKind::Semaphore(3), None).call();
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:shared:{job}");
@@ -263,16 +262,12 @@ mod tests {
             "7",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SEM_ACQUIRE.sha());
+        assert_eq!(call.script.sha(), ACQUIRE_SEMAPHORE.sha());
     }
 
     #[test]
     fn a_shared_attempt_sends_its_set_then_channel_and_publish_command_before_the_cap() {
-        let shared = AcquireRequest {
-            shared: true,
-            ..request(None, Some(Duration::from_secs(3)))
-        };
-        let call = shared.call();
+        let call = request(LockKind::Shared, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:shared:{job}");
@@ -286,7 +281,7 @@ mod tests {
             "7",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SHARED_ACQUIRE.sha());
+        assert_eq!(call.script.sha(), ACQUIRE_SHARED.sha());
         // Its replies are a lock's: held shared reads as held by the earliest lease's holder.
         let (_, got) = run(
             &call,
@@ -309,7 +304,7 @@ mod tests {
     }
 
     fn decode(items: Vec<Value>) -> Result<AcquireReply, Value> {
-        let (_, got) = run(&request(None, None).call(), array(items));
+        let (_, got) = run(&request(LockKind::Exclusive, None).call(), array(items));
         AcquireReply::decode(got.expect("a reply"))
     }
 
@@ -388,11 +383,8 @@ mod tests {
 
     #[test]
     fn a_tick_sends_its_record_and_length_after_the_cap() {
-        let tick = AcquireRequest {
-            tick: Some(Duration::from_secs(54)),
-            ..request(None, Some(Duration::from_secs(3)))
-        };
-        let call = tick.call();
+        let tick = LockKind::Tick(Duration::from_secs(54));
+        let call = request(tick, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:tick:{job}");
@@ -455,34 +447,35 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let misused =
-            |kind: &str, limit| refusal(vec![Value::Int(-1), bulk(kind)]).misuse("job", limit);
+            |kind: &str, asked| refusal(vec![Value::Int(-1), bulk(kind)]).misuse("job", asked);
         let key = "job".to_string();
         assert_eq!(
-            misused("zset", None),
+            misused("zset", LockKind::Exclusive),
             Misuse::IsSemaphore { key: key.clone() }
         );
         assert_eq!(
-            misused("string", Some(2)),
+            misused("string", LockKind::Semaphore(2)),
             Misuse::IsPlainLock { key: key.clone() }
         );
         // A semaphore or a tick refused beside shared holders of a lock of that name.
         assert_eq!(
-            misused("shared", Some(2)),
+            misused("shared", LockKind::Semaphore(2)),
             Misuse::IsShared { key: key.clone() }
         );
         assert_eq!(
-            misused("foreign-zset", Some(2)),
+            misused("foreign-zset", LockKind::Semaphore(2)),
             Misuse::ForeignSemaphore { key: key.clone() }
         );
         assert_eq!(
-            misused("hash", None),
+            misused("hash", LockKind::Exclusive),
             Misuse::Foreign {
                 key: key.clone(),
                 found: "hash".into()
             }
         );
-        let spoiled =
-            |helper: &str| refusal(vec![Value::Int(-2), bulk(helper)]).misuse("job", None);
+        let spoiled = |helper: &str| {
+            refusal(vec![Value::Int(-2), bulk(helper)]).misuse("job", LockKind::Exclusive)
+        };
         assert_eq!(
             spoiled("lockrun:fence:{job}"),
             Misuse::SpoiledFence {

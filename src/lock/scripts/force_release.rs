@@ -1,7 +1,6 @@
 //! force_release.lua: `lockrun release --force` deletes a lock or a whole semaphore.
 
-use super::{as_string, Request, Script, FORCE_RELEASE};
-use crate::lock::inspect::Deleted;
+use super::{as_string, Call, Request, FORCE_RELEASE};
 use crate::lock::keys::{wake_channel, Keys};
 use redis::Value;
 
@@ -14,30 +13,35 @@ pub struct ForceReleaseRequest<'a> {
 }
 
 impl Request for ForceReleaseRequest<'_> {
-    fn script(&self) -> &'static Script {
-        &FORCE_RELEASE
-    }
-
     /// KEYS[1] lock, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] fencing counter,
-    /// KEYS[5] history, KEYS[6] the shared holders.
-    fn keys(&self) -> Vec<String> {
+    /// KEYS[5] history, KEYS[6] the shared holders. ARGV[1] wake channel, ARGV[2] publish
+    /// command, ARGV[3..] the history entry.
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
-        vec![
+        let keys = vec![
             self.key.into(),
             k.queue,
             k.tickets,
             k.fence,
             k.history,
             k.shared,
-        ]
-    }
-
-    /// ARGV[1] wake channel, ARGV[2] publish command, ARGV[3..] the history entry.
-    fn args(&self) -> Vec<String> {
+        ];
         let mut args = vec![wake_channel(self.key), self.publish.into()];
         args.extend(self.history.iter().cloned());
-        args
+        Call {
+            script: &FORCE_RELEASE,
+            keys,
+            args,
+        }
     }
+}
+
+/// What `release --force` deleted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deleted {
+    pub kind: String,
+    pub fence: Option<u64>,
+    pub holders: Vec<String>,
 }
 
 /// What force_release.lua answers: `{type, fence or '', deleted holder values...}`.

@@ -1,34 +1,33 @@
 //! held_by.lua: does a holder (by public id) hold the lock? (`--reentrant`)
 
-use super::{Request, Script, HELD_BY};
+use super::{Call, Request, HELD_BY};
 use crate::lock::keys::Keys;
+use crate::lock::LockKind;
 use redis::Value;
 
 pub struct HeldByRequest<'a> {
     pub key: &'a str,
     /// The holder's public id (the token never leaves this process).
     pub id: &'a str,
-    /// A lock (not a semaphore): its shared holders are looked at too.
-    pub lock: bool,
+    pub kind: LockKind,
 }
 
 impl Request for HeldByRequest<'_> {
-    fn script(&self) -> &'static Script {
-        &HELD_BY
-    }
-
-    /// KEYS[1] the lock or semaphore; for a lock, KEYS[2] its shared holders.
-    fn keys(&self) -> Vec<String> {
+    /// KEYS[1] the lock or semaphore; for a lock, KEYS[2] its shared holders. ARGV[1] the
+    /// public id.
+    fn call(&self) -> Call {
         let mut keys = vec![self.key.into()];
-        if self.lock {
-            keys.push(Keys::of(self.key).shared);
+        match self.kind {
+            LockKind::Exclusive | LockKind::Shared | LockKind::Tick(_) => {
+                keys.push(Keys::of(self.key).shared)
+            }
+            LockKind::Semaphore(_) => {}
         }
-        keys
-    }
-
-    /// ARGV[1] the public id.
-    fn args(&self) -> Vec<String> {
-        vec![self.id.into()]
+        Call {
+            script: &HELD_BY,
+            keys,
+            args: vec![self.id.into()],
+        }
     }
 }
 
@@ -63,7 +62,7 @@ mod tests {
         let call = HeldByRequest {
             key: "job",
             id: "abc",
-            lock: true,
+            kind: LockKind::Exclusive,
         }
         .call();
         let (sent, got) = run(&call, Value::Int(1));
@@ -77,7 +76,7 @@ mod tests {
         let call = HeldByRequest {
             key: "job",
             id: "abc",
-            lock: false,
+            kind: LockKind::Semaphore(2),
         }
         .call();
         assert_eq!(call.keys, ["job"]);

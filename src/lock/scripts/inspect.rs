@@ -1,7 +1,6 @@
 //! inspect.lua: what `lockrun status` and `lockrun list` show about one key, read at once.
 
-use super::{as_int, as_string, Request, Script, INSPECT};
-use crate::lock::inspect::{held_since, Inspection, TickView};
+use super::{as_int, as_string, Call, Request, INSPECT};
 use crate::lock::keys::Keys;
 use redis::Value;
 use std::time::Duration;
@@ -11,27 +10,75 @@ pub struct InspectRequest<'a> {
 }
 
 impl Request for InspectRequest<'_> {
-    fn script(&self) -> &'static Script {
-        &INSPECT
-    }
-
     /// KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
-    /// the tick record, KEYS[6] the shared holders.
-    fn keys(&self) -> Vec<String> {
+    /// the tick record, KEYS[6] the shared holders; no ARGV.
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
-        vec![
+        let keys = vec![
             self.key.into(),
             k.fence,
             k.queue,
             k.tickets,
             k.tick,
             k.shared,
-        ]
+        ];
+        Call {
+            script: &INSPECT,
+            keys,
+            args: Vec::new(),
+        }
     }
+}
 
-    /// None.
-    fn args(&self) -> Vec<String> {
-        Vec::new()
+/// One key as one server sees it.
+#[derive(Clone, Debug, Default)]
+pub struct Inspection {
+    /// Redis' type of the key: `none` (free), `string` (a lock), `zset` (a semaphore), or
+    /// something lockrun never writes; `shared` for a lock held in shared mode (`--shared`).
+    pub kind: String,
+    /// The fencing counter: the last fence handed out for this key.
+    pub fence: Option<u64>,
+    /// Waiters with a live ticket, and the one whose turn is next (public id, time queued).
+    pub waiters: u64,
+    pub next: Option<(String, Duration)>,
+    /// Holder values and what is left of their leases (`None`: no expiry, set by hand).
+    pub holders: Vec<(String, Option<Duration>)>,
+    /// How long the lock has been held, by the server's clock: now minus the fence, which is
+    /// the server's clock in µs when it was handed out. `None` for a semaphore (several
+    /// holders, one counter) and for a fence that is not such a time (a counter set by hand, or
+    /// one ahead of the clock).
+    pub held_for: Option<Duration>,
+    /// With `--standby`, the tick under way.
+    pub tick: Option<TickView>,
+}
+
+/// The tick record of `--standby` (lib/tick.lua), as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TickView {
+    /// The tick completed: no host runs it again.
+    pub done: bool,
+    /// Attempts at it so far (2 or more: taken over).
+    pub attempt: u32,
+    /// Until the tick ends.
+    pub left: Option<Duration>,
+}
+
+impl TickView {
+    /// `<open|done> <start ms> <attempt> <holder>`; anything else is no tick record.
+    pub fn parse(record: &str, left: Option<Duration>) -> Option<TickView> {
+        let mut words = record.split(' ');
+        let done = match words.next()? {
+            "open" => false,
+            "done" => true,
+            _ => return None,
+        };
+        let _start = words.next()?;
+        let attempt = words.next()?.parse().ok()?;
+        Some(TickView {
+            done,
+            attempt,
+            left,
+        })
     }
 }
 
@@ -69,10 +116,28 @@ pub fn decode(reply: Value) -> Result<Inspection, Value> {
     })
 }
 
+/// `now_us - fence` when the fence is a time of the server's clock in µs (after 2017, not
+/// ahead of now): see `next_fence` in lib/prelude.lua.
+fn held_since(fence: u64, now_us: u64) -> Option<Duration> {
+    const Y2017_US: u64 = 1_483_228_800_000_000;
+    (fence >= Y2017_US && fence <= now_us).then(|| Duration::from_micros(now_us - fence))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::mock::*;
     use super::*;
+
+    #[test]
+    fn held_for_only_from_a_fence_that_is_a_clock_reading() {
+        let now = 1_795_000_000_000_000;
+        assert_eq!(
+            held_since(now - 2_500_000, now),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(held_since(42, now), None, "a counter set by hand");
+        assert_eq!(held_since(now + 1, now), None, "ahead of the clock");
+    }
 
     #[test]
     fn sends_the_key_and_its_helpers_without_arguments() {

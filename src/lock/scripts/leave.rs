@@ -1,15 +1,15 @@
 //! leave.lua: a waiter gives up its place in the queue.
 
-use super::{as_string, Request, Script, LEAVE};
+use super::{as_string, Call, Request, LEAVE};
 use crate::lock::keys::{wake_channel, Keys};
+use crate::lock::LockKind;
 use redis::Value;
 
 pub struct LeaveRequest<'a> {
     pub key: &'a str,
     /// The waiter's public id.
     pub id: &'a str,
-    /// A semaphore's limit; `None`: a lock.
-    pub limit: Option<u32>,
+    pub kind: LockKind,
     /// The run's history entry (see `keys::history_args`).
     pub history: Vec<String>,
     /// The command that publishes a release hint (see `scripts::publish_command`).
@@ -17,27 +17,27 @@ pub struct LeaveRequest<'a> {
 }
 
 impl Request for LeaveRequest<'_> {
-    fn script(&self) -> &'static Script {
-        &LEAVE
-    }
-
     /// KEYS[1] lock or semaphore, KEYS[2] queue, KEYS[3] ticket expiries, KEYS[4] history.
-    fn keys(&self) -> Vec<String> {
+    /// ARGV[1] public id, ARGV[2] a semaphore's limit (0: a lock), ARGV[3] wake channel,
+    /// ARGV[4] publish command, ARGV[5..] the history entry.
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
-        vec![self.key.into(), k.queue, k.tickets, k.history]
-    }
-
-    /// ARGV[1] public id, ARGV[2] limit (0: a lock), ARGV[3] wake channel, ARGV[4] publish
-    /// command, ARGV[5..] the history entry.
-    fn args(&self) -> Vec<String> {
+        let limit = match self.kind {
+            LockKind::Semaphore(limit) => limit,
+            LockKind::Exclusive | LockKind::Shared | LockKind::Tick(_) => 0,
+        };
         let mut args = vec![
             self.id.into(),
-            self.limit.unwrap_or(0).to_string(),
+            limit.to_string(),
             wake_channel(self.key),
             self.publish.into(),
         ];
         args.extend(self.history.iter().cloned());
-        args
+        Call {
+            script: &LEAVE,
+            keys: vec![self.key.into(), k.queue, k.tickets, k.history],
+            args,
+        }
     }
 }
 
@@ -78,7 +78,7 @@ mod tests {
         let request = LeaveRequest {
             key: "job",
             id: "abc",
-            limit: Some(4),
+            kind: LockKind::Semaphore(4),
             history: vec!["0".into()],
             publish: "PUBLISH",
         };
@@ -93,11 +93,14 @@ mod tests {
         let args = ["abc", "4", "lockrun:wake:{job}", "PUBLISH", "0"];
         assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), LEAVE.sha());
-        let lock = LeaveRequest {
-            limit: None,
-            ..request
-        };
-        assert_eq!(lock.args()[1], "0");
+        for kind in [LockKind::Exclusive, LockKind::Shared] {
+            let lock = LeaveRequest {
+                kind,
+                history: vec!["0".into()],
+                ..request
+            };
+            assert_eq!(lock.call().args[1], "0");
+        }
     }
 
     #[test]

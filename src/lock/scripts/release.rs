@@ -1,65 +1,52 @@
-//! release.lua (a lock) and sem_release.lua (a semaphore, and a lock's shared holders): one
-//! request, one reply.
+//! One release (or give-back) of a lease, by the script of the lock's kind (`release/*.lua`):
+//! one request, one reply.
 
-use super::{Request, Script, RELEASE, RELEASE_TICK, SEM_RELEASE};
+use super::{Call, Request, RELEASE_EXCLUSIVE, RELEASE_SEMAPHORE, RELEASE_TICK};
 use crate::lock::keys::{wake_channel, Keys};
+use crate::lock::LockKind;
 use redis::Value;
 use std::time::Duration;
 
 /// One release (or give-back) of a lease.
 pub struct ReleaseRequest<'a> {
     pub key: &'a str,
+    pub kind: LockKind,
     /// Our holder value: only that is ever deleted.
     pub value: &'a str,
-    /// How long the key is kept before it goes (`--min-hold`); zero: deleted now.
+    /// How long the key is kept before it goes (`--min-hold`); zero: deleted now. Not for a
+    /// tick: its record keeps the tick.
     pub keep: Duration,
-    /// A semaphore's slot (sem_release.lua) rather than a lock (release.lua).
-    pub semaphore: bool,
-    /// `--shared`: our place among the lock's shared holders, a set like a semaphore's
-    /// (sem_release.lua on that set).
-    pub shared: bool,
+    /// For a tick: whether the run completed it (else the tick is handed on).
+    pub completes_tick: bool,
     /// The run's history entry (see `keys::history_args`).
     pub history: Vec<String>,
     /// The command that publishes a release hint (see `scripts::publish_command`).
     pub publish: &'static str,
-    /// `--standby` (release_tick.lua): whether the run completed its tick (else the tick is
-    /// handed on). `keep` is not used: the tick's record keeps the tick.
-    pub tick: Option<bool>,
 }
 
 impl Request for ReleaseRequest<'_> {
-    fn script(&self) -> &'static Script {
-        match (self.semaphore || self.shared, self.tick) {
-            (true, _) => &SEM_RELEASE,
-            (false, Some(_)) => &RELEASE_TICK,
-            (false, None) => &RELEASE,
-        }
-    }
-
-    /// KEYS[1] lock (shared: its shared holders), KEYS[2] queue, KEYS[3] ticket expiries,
-    /// KEYS[4] history; for a tick, KEYS[5] its record.
-    fn keys(&self) -> Vec<String> {
+    /// KEYS[1] lock, semaphore or (`--shared`) the lock's shared holders, KEYS[2] queue,
+    /// KEYS[3] ticket expiries, KEYS[4] history; for a tick, KEYS[5] its record.
+    /// ARGV[1] holder value, ARGV[2] ms to keep the key (for a tick: 1 completed, 0 handed
+    /// on), ARGV[3] wake channel, ARGV[4] publish command, ARGV[5..] the history entry.
+    fn call(&self) -> Call {
         let k = Keys::of(self.key);
-        let first = if self.shared {
-            k.shared
-        } else {
-            self.key.into()
+        let keep = self.keep.as_micros().div_ceil(1000);
+        let (script, first, keep, tick) = match self.kind {
+            LockKind::Exclusive => (&RELEASE_EXCLUSIVE, self.key.into(), keep, None),
+            LockKind::Semaphore(_) => (&RELEASE_SEMAPHORE, self.key.into(), keep, None),
+            // The shared holders are kept as a semaphore's slots are: a sorted set of holder
+            // values, given back by the semaphore's script.
+            LockKind::Shared => (&RELEASE_SEMAPHORE, k.shared, keep, None),
+            LockKind::Tick(_) => (
+                &RELEASE_TICK,
+                self.key.into(),
+                u128::from(self.completes_tick),
+                Some(k.tick),
+            ),
         };
         let mut keys = vec![first, k.queue, k.tickets, k.history];
-        if self.tick.is_some() {
-            keys.push(k.tick);
-        }
-        keys
-    }
-
-    /// ARGV[1] holder value, ARGV[2] ms to keep (for a tick: 1 completed, 0 handed on),
-    /// ARGV[3] wake channel, ARGV[4] publish command, ARGV[5..] the history entry.
-    fn args(&self) -> Vec<String> {
-        // Round up: keeping a millisecond too long is harmless, too short is not.
-        let keep = match self.tick {
-            Some(completed) => u128::from(completed),
-            None => self.keep.as_micros().div_ceil(1000),
-        };
+        keys.extend(tick);
         let mut args = vec![
             self.value.into(),
             keep.to_string(),
@@ -67,7 +54,7 @@ impl Request for ReleaseRequest<'_> {
             self.publish.into(),
         ];
         args.extend(self.history.iter().cloned());
-        args
+        Call { script, keys, args }
     }
 }
 
@@ -99,26 +86,21 @@ mod tests {
     use super::super::mock::*;
     use super::*;
 
-    fn request(semaphore: bool, keep: Duration) -> ReleaseRequest<'static> {
+    fn request(kind: LockKind, keep: Duration) -> ReleaseRequest<'static> {
         ReleaseRequest {
             key: "job",
+            kind,
             value: "abc host=h pid=1",
             keep,
-            semaphore,
-            shared: false,
+            completes_tick: false,
             history: vec!["5".into(), "outcome".into(), "ran".into()],
             publish: "SPUBLISH",
-            tick: None,
         }
     }
 
     #[test]
     fn a_shared_holder_gives_back_its_place_in_the_shared_set() {
-        let call = ReleaseRequest {
-            shared: true,
-            ..request(false, Duration::ZERO)
-        }
-        .call();
+        let call = request(LockKind::Shared, Duration::ZERO).call();
         let (sent, _) = run(&call, Value::Int(1));
         let keys = [
             "lockrun:shared:{job}",
@@ -136,15 +118,18 @@ mod tests {
             "ran",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
-        assert_eq!(call.script.sha(), SEM_RELEASE.sha());
+        assert_eq!(call.script.sha(), RELEASE_SEMAPHORE.sha());
     }
 
     #[test]
     fn a_tick_sends_its_record_and_whether_it_completed() {
         for (completed, flag) in [(true, "1"), (false, "0")] {
             let call = ReleaseRequest {
-                tick: Some(completed),
-                ..request(false, Duration::from_secs(9))
+                completes_tick: completed,
+                ..request(
+                    LockKind::Tick(Duration::from_secs(54)),
+                    Duration::from_secs(9),
+                )
             }
             .call();
             let (sent, _) = run(&call, Value::Int(1));
@@ -172,7 +157,12 @@ mod tests {
     #[test]
     fn sends_value_keep_channel_publish_then_the_history_entry() {
         for semaphore in [false, true] {
-            let call = request(semaphore, Duration::from_micros(1_001)).call();
+            let kind = if semaphore {
+                LockKind::Semaphore(2)
+            } else {
+                LockKind::Exclusive
+            };
+            let call = request(kind, Duration::from_micros(1_001)).call();
             let (sent, _) = run(&call, Value::Int(1));
             let keys = [
                 "job",
@@ -190,18 +180,28 @@ mod tests {
                 "ran",
             ];
             assert_eq!(sent, evalsha(&call, &keys, &args));
-            let script = if semaphore { &SEM_RELEASE } else { &RELEASE };
+            let script = if semaphore {
+                &RELEASE_SEMAPHORE
+            } else {
+                &RELEASE_EXCLUSIVE
+            };
             assert_eq!(call.script.sha(), script.sha());
         }
         // The time to keep rounds up to whole milliseconds.
-        assert_eq!(request(false, Duration::ZERO).args()[1], "0");
-        assert_eq!(request(false, Duration::from_millis(250)).args()[1], "250");
+        let keep = |d| request(LockKind::Exclusive, d).call().args[1].clone();
+        assert_eq!(keep(Duration::ZERO), "0");
+        assert_eq!(keep(Duration::from_millis(250)), "250");
     }
 
     #[test]
     fn decodes_every_reply_of_the_script() {
-        let decode =
-            |v| ReleaseReply::decode(run(&request(false, Duration::ZERO).call(), v).1.unwrap());
+        let decode = |v| {
+            ReleaseReply::decode(
+                run(&request(LockKind::Exclusive, Duration::ZERO).call(), v)
+                    .1
+                    .unwrap(),
+            )
+        };
         assert_eq!(decode(Value::Int(1)), Ok(ReleaseReply::Deleted));
         assert_eq!(decode(Value::Int(2)), Ok(ReleaseReply::Kept));
         assert_eq!(decode(Value::Int(0)), Ok(ReleaseReply::NotOwner));

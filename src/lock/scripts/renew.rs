@@ -1,44 +1,37 @@
-//! renew.lua (a lock) and sem_renew.lua (a semaphore's slot, a shared holder's place): one
-//! request, one reply.
+//! One renewal of a lease, by the script of the lock's kind (`renew/*.lua`): one request, one
+//! reply.
 
-use super::{Request, Script, RENEW, SEM_RENEW};
+use super::{Call, Request, RENEW_EXCLUSIVE, RENEW_SEMAPHORE};
 use crate::lock::keys::Keys;
+use crate::lock::LockKind;
 use redis::Value;
 use std::time::Duration;
 
 /// One renewal of a lease.
 pub struct RenewRequest<'a> {
     pub key: &'a str,
+    pub kind: LockKind,
     /// Our holder value: only that is ever extended.
     pub value: &'a str,
     pub ttl: Duration,
-    /// A semaphore's slot (sem_renew.lua) rather than a lock (renew.lua).
-    pub semaphore: bool,
-    /// `--shared`: our place among the lock's shared holders (sem_renew.lua on that set).
-    pub shared: bool,
 }
 
 impl Request for RenewRequest<'_> {
-    fn script(&self) -> &'static Script {
-        if self.semaphore || self.shared {
-            &SEM_RENEW
-        } else {
-            &RENEW
+    /// KEYS[1] the lock, the semaphore or (`--shared`) the lock's shared holders; ARGV[1]
+    /// holder value, ARGV[2] ttl ms.
+    fn call(&self) -> Call {
+        let (script, key) = match self.kind {
+            LockKind::Exclusive | LockKind::Tick(_) => (&RENEW_EXCLUSIVE, self.key.into()),
+            LockKind::Semaphore(_) => (&RENEW_SEMAPHORE, self.key.into()),
+            // A sorted set of holder values, as a semaphore's slots (see `ReleaseRequest`).
+            LockKind::Shared => (&RENEW_SEMAPHORE, Keys::of(self.key).shared),
+        };
+        let args = vec![self.value.into(), self.ttl.as_millis().to_string()];
+        Call {
+            script,
+            keys: vec![key],
+            args,
         }
-    }
-
-    /// KEYS[1] the lock (shared: its shared holders).
-    fn keys(&self) -> Vec<String> {
-        if self.shared {
-            vec![Keys::of(self.key).shared]
-        } else {
-            vec![self.key.into()]
-        }
-    }
-
-    /// ARGV[1] holder value, ARGV[2] ttl ms.
-    fn args(&self) -> Vec<String> {
-        vec![self.value.into(), self.ttl.as_millis().to_string()]
     }
 }
 
@@ -67,23 +60,18 @@ mod tests {
     use super::super::mock::*;
     use super::*;
 
-    fn request(semaphore: bool) -> RenewRequest<'static> {
+    fn request(kind: LockKind) -> RenewRequest<'static> {
         RenewRequest {
             key: "job",
+            kind,
             value: "abc host=h pid=1",
             ttl: Duration::from_secs(30),
-            semaphore,
-            shared: false,
         }
     }
 
     #[test]
     fn a_shared_holder_renews_its_place_in_the_shared_set() {
-        let call = RenewRequest {
-            shared: true,
-            ..request(false)
-        }
-        .call();
+        let call = request(LockKind::Shared).call();
         let (sent, _) = run(&call, Value::Int(0));
         assert_eq!(
             sent,
@@ -93,26 +81,40 @@ mod tests {
                 &["abc host=h pid=1", "30000"]
             )
         );
-        assert_eq!(call.script.sha(), SEM_RENEW.sha());
+        assert_eq!(call.script.sha(), RENEW_SEMAPHORE.sha());
     }
 
     #[test]
     fn sends_the_key_then_value_and_ttl() {
         for semaphore in [false, true] {
-            let call = request(semaphore).call();
+            let kind = if semaphore {
+                LockKind::Semaphore(2)
+            } else {
+                LockKind::Exclusive
+            };
+            let call = request(kind).call();
             let (sent, _) = run(&call, Value::Int(0));
             assert_eq!(
                 sent,
                 evalsha(&call, &["job"], &["abc host=h pid=1", "30000"])
             );
-            let script = if semaphore { &SEM_RENEW } else { &RENEW };
+            let script = if semaphore {
+                &RENEW_SEMAPHORE
+            } else {
+                &RENEW_EXCLUSIVE
+            };
             assert_eq!(call.script.sha(), script.sha());
         }
+        // A tick's lease is an exclusive lock's.
+        let call = request(LockKind::Tick(Duration::from_secs(54))).call();
+        assert_eq!(call.script.sha(), RENEW_EXCLUSIVE.sha());
+        assert_eq!(call.keys, ["job"]);
     }
 
     #[test]
     fn decodes_every_reply_of_the_script() {
-        let decode = |v| RenewReply::decode(run(&request(false).call(), v).1.unwrap());
+        let decode =
+            |v| RenewReply::decode(run(&request(LockKind::Exclusive).call(), v).1.unwrap());
         assert_eq!(decode(Value::Int(0)), Ok(RenewReply::NotOwner));
         assert_eq!(
             decode(Value::Int(1_700_000_000_000_000)),

@@ -113,7 +113,7 @@ async fn check_in_script(
         cmd.arg(p.line.len()).arg(&p.line);
     }
     let reply = match node.probe(cmd, at).await? {
-        ProbeReply::Answer(Value::Array(items)) if items.len() == asked.len() => items,
+        ProbeReply::Replied(Value::Array(items)) if items.len() == asked.len() => items,
         ProbeReply::Denied => return Ok(Err(Some("EVAL is denied".into()))),
         _ => return Ok(Err(None)),
     };

@@ -21,7 +21,7 @@ pub(super) fn text(v: &Value) -> Option<String> {
 /// A reply, or why the check that needed it cannot be made (`name`: the command, for that).
 pub(super) fn answer(probe: ProbeReply, name: &str) -> Result<Value, String> {
     match probe {
-        ProbeReply::Answer(v) => Ok(v),
+        ProbeReply::Replied(v) => Ok(v),
         ProbeReply::Denied => Err(format!("{name} is denied to this user")),
         ProbeReply::Error(e) => Err(format!("{name}: {e}")),
     }

@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn acl_probes_cover_every_command_of_the_scripts() {
-        // Every command any lock script calls (src/lock/scripts/*.lua) is asked about, so a
+        // Every command any lock script calls (src/lock/scripts/**/*.lua) is asked about, so a
         // script that starts calling a new command cannot slip past doctor.
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock/scripts");
         let mut called = Vec::new();

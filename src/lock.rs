@@ -43,23 +43,57 @@ pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// What to ask for: a key, a lease length, and how many holders may share it.
+/// What to ask for: a key, a lease length, and what kind of lock it is.
 #[derive(Clone, Debug)]
 pub struct LockSpec {
     pub key: String,
     pub ttl: Duration,
-    /// `None`: an exclusive lock (a string key). `Some(n)`: a semaphore of n slots (a sorted set).
-    pub limit: Option<u32>,
-    /// `--shared`: the lock in shared mode, held alongside other shared holders but never with
-    /// an exclusive one (see shared_acquire.lua). Only without `limit`.
-    pub shared: bool,
+    pub kind: LockKind,
     /// How many runs the key's history keeps (about; see [`Note`]); 0: none recorded.
     pub history: u32,
     /// The job's schedule period (`--every`), recorded with each run's history entry.
     pub every: Option<Duration>,
-    /// `--standby`: the length of one tick (`--every`'s hold). Every attempt is for the tick
-    /// under way: standbys wait for it to complete, and take it over when its holder cannot.
-    pub tick: Option<Duration>,
+}
+
+impl LockSpec {
+    /// An exclusive lock on `key` with leases of `ttl`, no history kept, no schedule.
+    pub fn new(key: impl Into<String>, ttl: Duration) -> LockSpec {
+        LockSpec {
+            key: key.into(),
+            ttl,
+            kind: LockKind::Exclusive,
+            history: 0,
+            every: None,
+        }
+    }
+}
+
+/// What kind of lock a key is: who may hold it beside whom. Parsed once from the options
+/// (`plan::kind`); each script request (`scripts/`) chooses its script, `KEYS` and `ARGV` by
+/// it, so a new kind is one variant here and its scripts there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    /// One holder at a time: a string key whose value names it.
+    Exclusive,
+    /// `--shared`: held alongside other shared holders, never with an exclusive one; the
+    /// holders are a sorted set beside the key (see acquire/shared.lua).
+    Shared,
+    /// `--limit N`: up to N holders at once, the slots of a sorted set.
+    Semaphore(u32),
+    /// `--standby`: exclusive, for one tick of this length (`--every`'s hold). Every attempt
+    /// is for the tick under way: standbys wait for it to complete, and take it over when its
+    /// holder cannot.
+    Tick(Duration),
+}
+
+impl LockKind {
+    /// The tick's length, for a [`LockKind::Tick`].
+    pub fn tick(self) -> Option<Duration> {
+        match self {
+            LockKind::Tick(length) => Some(length),
+            LockKind::Exclusive | LockKind::Shared | LockKind::Semaphore(_) => None,
+        }
+    }
 }
 
 /// How a run ended, as its entry in the key's history says (`lockrun history`).
@@ -97,7 +131,7 @@ impl Outcome {
 
     /// Whether a run that ended so, and whose release then finds its key gone or another
     /// holder's, is `lost` instead: its job ran to that end, for a while without the lock.
-    /// `note` in prelude.lua rewrites the history entry by the same rule.
+    /// `note` in lib/prelude.lua rewrites the history entry by the same rule.
     pub fn lost_if_key_gone(self) -> bool {
         matches!(self, Outcome::Ran | Outcome::Timeout)
     }
