@@ -61,7 +61,7 @@ pub struct Plan {
 }
 
 /// The plan for a run. Checked in this order: the command name, the hold, the lock's kind, the
-/// spread, the servers, then whether the kind fits them.
+/// spread, the servers, then whether `--shared` and the kind fit the rest.
 pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     if args.command[0].is_empty() {
         return Err(Usage("the command name is empty: nothing to run".into()));
@@ -70,7 +70,7 @@ pub fn resolve(args: &Args) -> Result<Plan, Usage> {
     let kind = kind(args, hold)?;
     let spread = spread(args, hold)?;
     let lock = backend(args, kind)?;
-    kind_fits(kind, &lock)?;
+    kind_fits(kind, args, &lock)?;
     let ping = ping(args.ping.as_deref(), args.ping_file.as_deref())?;
     Ok(Plan {
         spec: LockSpec {
@@ -378,13 +378,12 @@ fn spread(args: &Args, hold: Duration) -> Result<Duration, Usage> {
     Ok(spread)
 }
 
-/// The lock's kind, from `--shared`, `--limit` and `--standby` (whose tick is `hold`, the hold
-/// of `--every`), or why the options cannot go together. `--standby` needs `--every` (a tick to
-/// stand by for). A tick is run once, by one host: `--every` is refused with `--limit` (each of
-/// N slots would be kept for the tick, so the first N hosts to fire would each run it) and with
-/// `--shared` (every host would run each tick, and the key, held shared for the tick, would
-/// refuse every exclusive run meanwhile), and so is `--standby`. `--shared` with `--limit`
-/// means nothing: a semaphore's holders share it already.
+/// The lock's kind, from `--limit`, `--standby` (whose tick is `hold`, the hold of `--every`)
+/// and `--shared`, or why the first two cannot go together: `--standby` needs `--every` (a
+/// tick to stand by for), and a tick is run once, by one host, so `--every` and `--standby`
+/// are refused with `--limit` (each of N slots would be kept for the tick, so the first N
+/// hosts to fire would each run it). What `--shared` cannot go with is [`kind_fits`]': those
+/// are checked after the spread and the servers.
 fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
     let refused = |msg: &str| Err(Usage(msg.into()));
     if args.standby && args.every.is_none() {
@@ -399,6 +398,23 @@ fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
              --limit N, N hosts would run each tick)",
         );
     }
+    Ok(match (args.limit, args.standby, args.shared) {
+        (Some(slots), _, _) => LockKind::Semaphore(slots),
+        (None, true, _) => LockKind::Tick(hold),
+        (None, false, true) => LockKind::Shared,
+        (None, false, false) => LockKind::Exclusive,
+    })
+}
+
+/// Whether `--shared` goes with the other options, and the lock's kind with the servers given.
+/// `--shared` with `--limit` means nothing (a semaphore's holders share it already); with
+/// `--every` or `--standby` every host would run each tick (and the key, held shared for the
+/// tick, would refuse every exclusive run meanwhile). A shared lock and a tick need one server
+/// (a Sentinel group or a Cluster is one): under Redlock each master would count shared holders
+/// of its own, so an exclusive majority could form beside a shared one, and a tick's record is
+/// kept on one server. (A semaphore's need is checked with the URLs: [`run_urls`].)
+fn kind_fits(kind: LockKind, args: &Args, lock: &Backend) -> Result<(), Usage> {
+    let quorum = matches!(lock, Backend::Quorum(_));
     if args.shared {
         let with = if args.limit.is_some() {
             "--limit: a semaphore's holders share it already"
@@ -406,38 +422,21 @@ fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
             "--standby: a tick is run once, by one host"
         } else if args.every.is_some() {
             "--every: a tick is run once, by one host"
+        } else if quorum {
+            "several Redis masters: shared holders are kept on one server (a Sentinel group or \
+             a Cluster is one)"
         } else {
-            return Ok(LockKind::Shared);
+            return Ok(());
         };
         return Err(Usage(format!("--shared cannot be used with {with}")));
     }
-    Ok(match (args.limit, args.standby) {
-        (Some(slots), _) => LockKind::Semaphore(slots),
-        (None, true) => LockKind::Tick(hold),
-        (None, false) => LockKind::Exclusive,
-    })
-}
-
-/// Whether the lock's kind can be kept on the servers given: a shared lock and a tick need one
-/// server (a Sentinel group or a Cluster is one). Under Redlock each master would count shared
-/// holders of its own, so an exclusive majority could form beside a shared one; a tick's
-/// record is kept on one server. (A semaphore's need is checked with the URLs: [`run_urls`].)
-fn kind_fits(kind: LockKind, lock: &Backend) -> Result<(), Usage> {
-    let Backend::Quorum(_) = lock else {
-        return Ok(());
-    };
     match kind {
-        LockKind::Shared => Err(Usage(
-            "--shared cannot be used with several Redis masters: shared holders are kept on \
-             one server (a Sentinel group or a Cluster is one)"
-                .into(),
-        )),
-        LockKind::Tick(_) => Err(Usage(
+        LockKind::Tick(_) if quorum => Err(Usage(
             "--standby cannot be used with several Redis masters: a tick's record is kept on \
              one server (a Sentinel group or a Cluster is one)"
                 .into(),
         )),
-        LockKind::Exclusive | LockKind::Semaphore(_) => Ok(()),
+        _ => Ok(()),
     }
 }
 
