@@ -554,10 +554,14 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
     let ready = redis.dir.path().join("tstp.ready");
     let out = redis.dir.path().join("tstp.out");
     let rc = redis.dir.path().join("tstp.rc");
+    let go = redis.dir.path().join("tstp.go");
     let url = redis.url();
+    // The job runs until the test says go: however slow the terminal is to deliver Ctrl-Z,
+    // the job is still there to be stopped.
     let script = format!(
-        "touch '{}'; i=0; while [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; echo done > '{}'",
+        "echo $$ > '{}'; {}; echo done > '{}'",
         ready.display(),
+        wait_for_go(&go),
         out.display()
     );
     let mut term = Terminal::run(&["-r", &url, "tstp", "--", "sh", "-c", &script], &rc);
@@ -576,8 +580,13 @@ fn terminal_ctrl_z_stops_lockrun_with_the_job_and_continue_resumes_both() {
     eventually("lockrun to stop along with its job", || {
         process_state(pid).as_deref() == Some("T")
     });
-    thread::sleep(Duration::from_millis(1500));
-    assert!(lines(&out).is_empty(), "the job is stopped too");
+    let job: u32 = lines(&ready)[0].parse().unwrap();
+    eventually("the job to be stopped too", || {
+        process_state(job).as_deref() == Some("T")
+    });
+    std::fs::write(&go, "").unwrap();
+    thread::sleep(Duration::from_millis(500));
+    assert!(lines(&out).is_empty(), "the job stays stopped");
     kill(pid, libc::SIGCONT); // what the shell's `fg` does (plus handing the terminal back)
     let (code, screen) = term.finish(&rc);
     assert_eq!(code, 0, "{screen}");
