@@ -52,7 +52,9 @@ fn a_redis_restarted_empty_mid_tick_costs_neither_that_tick_nor_the_next() {
         .iter()
         .map(|n| fire(&redis, dir.path(), n, 1.0))
         .collect();
-    for host in tick1.into_iter().chain(tick2) {
+    let ended1: Vec<(Option<i32>, String, String)> =
+        tick1.into_iter().map(Background::finish).collect();
+    for host in tick2 {
         host.finish();
     }
     let out = lines(&dir.path().join("out"));
@@ -66,4 +68,16 @@ fn a_redis_restarted_empty_mid_tick_costs_neither_that_tick_nor_the_next() {
         .count();
     assert_eq!(ends1, 1, "tick 1 completes once: {out:?}");
     assert_eq!(starts2, 1, "tick 2 runs exactly once: {out:?}");
+    // The winner stopped its job when its renewal found the key gone; the host that rebuilt
+    // the tick says so in one line (cron mails it, -q or not).
+    let codes: Vec<Option<i32>> = ended1.iter().map(|(code, _, _)| *code).collect();
+    assert!(codes.contains(&Some(76)), "the winner's exit: {codes:?}");
+    let reopened = ended1
+        .iter()
+        .filter(|(_, _, err)| err.contains("the server lost the record of this tick"))
+        .count();
+    assert_eq!(
+        reopened, 1,
+        "one WARN line for the rebuilt tick: {ended1:?}"
+    );
 }
