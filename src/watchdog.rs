@@ -244,6 +244,7 @@ mod tests {
                 value: "i".into(),
                 host: "h".into(),
                 pid: 1,
+                since: now,
             },
             fence: 1,
             attempt: 1,

@@ -82,6 +82,11 @@ where
             // Its own target: `-q` lets this warning through (see `logging::init`).
             warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
+        } else if waiter.stood_by {
+            // It stood by for a tick under way, and then opened the tick itself: the server
+            // lost the tick's record (restarted empty, failed over to a replica without it).
+            warn!(target: crate::logging::TAKEOVER, key = %spec.key,
+                  "the server lost the record of this tick while this host stood by for it (a restart or a failover); running the tick here");
         }
         // `mode` only in shared mode: an exclusive run's line stays the one scripts grep for.
         info!(key = %spec.key, ttl = %Human(spec.ttl), fence = lease.fence,
@@ -179,6 +184,8 @@ pub(super) struct Waiter<'a> {
     announced: bool,
     /// An attempt has been answered (a standby subscribes from then on).
     looked: bool,
+    /// With `--standby`: the server said a tick was under way and this run stood by for it.
+    stood_by: bool,
     /// The holder the last look found, and when the server said that holder's lease ends.
     ends: Option<(Option<String>, Instant)>,
     /// `--spread`: how long to wait before the first attempt.
@@ -209,6 +216,7 @@ impl<'a> Waiter<'a> {
             conflict_exit_code,
             announced: false,
             looked: false,
+            stood_by: false,
             ends: None,
             delay: None,
         }
@@ -383,6 +391,7 @@ impl<'a> Waiter<'a> {
         if !self.standby {
             return;
         }
+        self.stood_by |= tick_left.is_some();
         let end = Instant::now() + tick_left.unwrap_or_default();
         self.until = Some(self.until.map_or(end, |until| until.min(end)));
     }

@@ -24,6 +24,9 @@ pub struct Holder {
     pub value: String,
     pub host: String,
     pub pid: u32,
+    /// When this run began (with cron, when its host fired): a tick it opens is the
+    /// schedule's, counted from here, not from whenever the opening attempt is made.
+    pub since: tokio::time::Instant,
 }
 
 impl Holder {
@@ -52,6 +55,7 @@ impl Holder {
             value,
             host,
             pid,
+            since: tokio::time::Instant::now(),
         }
     }
 }

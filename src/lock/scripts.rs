@@ -240,7 +240,7 @@ mod tests {
         let pinned: [(&Script, &str); 13] = [
             (&ACQUIRE_EXCLUSIVE, "fa91e85ce39a12b0709326e4a56c2288741b3e9e"),
             (&RELEASE_EXCLUSIVE, "d2361a390dfb15f85415875fe4c5a7630e2cf7fa"),
-            (&ACQUIRE_TICK, "76af72053eb6d9dcd285a7dc4a5c57528bdb045a"),
+            (&ACQUIRE_TICK, "f6b839470d8de5fa8ab10e44771d6d0237e2f60a"),
             (&RELEASE_TICK, "bb595046282430bbbffa0fde1c6ea966f5865b82"),
             (&ACQUIRE_SEMAPHORE, "92d7c5958e2517d96f658b9ec055784977dd9adb"),
             (&ACQUIRE_SHARED, "92001e09dec0cc91cbdcff412195fc12981d7dac"),

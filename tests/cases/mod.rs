@@ -40,6 +40,7 @@ mod shared;
 mod standby;
 mod stop_races;
 pub(crate) mod supervision;
+mod tick_faults;
 mod time_limit;
 mod token_secrecy;
 mod unowned_keys;

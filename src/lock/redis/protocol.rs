@@ -76,6 +76,7 @@ impl LockService for RedisLock {
                 _ => spec.history,
             },
             publish: self.publish(),
+            began: holder.since.elapsed(),
         };
         let sent_at = Instant::now();
         self.unsettled = true;

@@ -26,6 +26,8 @@ pub struct AcquireRequest<'a> {
     pub history: u32,
     /// The command that publishes a release hint (see `scripts::publish_command`).
     pub publish: &'static str,
+    /// How long ago this run began: a tick it opens ends that much sooner.
+    pub began: Duration,
 }
 
 impl Request for AcquireRequest<'_> {
@@ -67,10 +69,15 @@ impl Request for AcquireRequest<'_> {
                 ]);
                 &ACQUIRE_SEMAPHORE
             }
-            // KEYS[6] the tick's record; ARGV[5] the history cap, ARGV[6] the tick's length ms.
+            // KEYS[6] the tick's record; ARGV[5] the history cap, ARGV[6] the tick's length ms,
+            // ARGV[7] ms since this run began.
             LockKind::Tick(length) => {
                 keys.push(k.tick);
-                args.extend([history, length.as_millis().to_string()]);
+                args.extend([
+                    history,
+                    length.as_millis().to_string(),
+                    self.began.as_millis().to_string(),
+                ]);
                 &ACQUIRE_TICK
             }
         };
@@ -220,6 +227,7 @@ mod tests {
             ticket,
             history: 7,
             publish: "PUBLISH",
+            began: Duration::from_millis(2500),
         }
     }
 
@@ -382,14 +390,22 @@ mod tests {
     }
 
     #[test]
-    fn a_tick_sends_its_record_and_length_after_the_cap() {
+    fn a_tick_sends_its_record_its_length_and_when_its_run_began_after_the_cap() {
         let tick = LockKind::Tick(Duration::from_secs(54));
         let call = request(tick, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
         keys.push("lockrun:tick:{job}");
         keys.push("lockrun:shared:{job}");
-        let args = ["abc host=h pid=1", "1500", "abc", "3000", "7", "54000"];
+        let args = [
+            "abc host=h pid=1",
+            "1500",
+            "abc",
+            "3000",
+            "7",
+            "54000",
+            "2500",
+        ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), ACQUIRE_TICK.sha());
     }

@@ -8,8 +8,8 @@
 -- beside them ({-1, 'shared'})
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] history
 -- cap (for the entry of an attempt that never released, see below; an attempt that ends its run
--- here leaves the queue with its own entry), ARGV[6] tick ms (how long a tick lasts from its
--- first acquire: `--every`'s hold)
+-- here leaves the queue with its own entry), ARGV[6] tick ms (how long a tick lasts from when
+-- the hosts fired: `--every`'s hold), ARGV[7] ms since this attempt's run began (its host fired)
 -- Returns {1, fence, server clock in µs, attempt} acquired (attempt 1 opened the tick) |
 -- {0, pttl, holder, rank, tick ms left} standing by | {0, pttl, holder} held by a run of an
 -- earlier tick: not this tick's to stand by for | {2, 'done' | 'over'} the tick completed, or
@@ -44,7 +44,14 @@ local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
 if queued and (not tick or tonumber(queued) < tonumber(tick.start)) then return {2, 'over'} end
 if not tick then
   if current then return {0, redis.call('PTTL', KEYS[1]), current} end
-  redis.call('SET', KEYS[6], 'open ' .. string.format('%d', now) .. ' 1 ' .. ARGV[1], 'PX', ARGV[6])
+  -- The tick is the schedule's: it began when this run's host fired, and its record ends the
+  -- tick's length after that, however late the attempt that opens it (a first attempt after
+  -- --spread, or one that rebuilds a record the server lost mid-tick), so that it never
+  -- outlasts the tick and makes the next one skip.
+  local began = tonumber(ARGV[7]) or 0
+  local left = tonumber(ARGV[6]) - began
+  if left <= 0 then return {2, 'over'} end
+  redis.call('SET', KEYS[6], 'open ' .. string.format('%d', now - began) .. ' 1 ' .. ARGV[1], 'PX', left)
   return take(1)
 end
 if tick.state == 'done' then return {2, 'done'} end
