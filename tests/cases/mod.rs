@@ -37,6 +37,7 @@ mod secrets;
 mod sentinel;
 mod server_refusals;
 mod shared;
+mod source_layout;
 mod standby;
 mod stop_races;
 pub(crate) mod supervision;
