@@ -156,10 +156,8 @@ fn platform_stops_the_cronjob_within_its_grace() {
         .find(|a| !a.starts_with('-') && !a.contains('/'))
         .unwrap()
         .clone();
-    let mut cmd = Command::new("unshare");
-    from_a_clean_caller(&mut cmd);
-    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(lockrun_bin())
+    let mut cmd = in_a_pid_namespace(&[]);
+    cmd.arg(lockrun_bin())
         .args(&args)
         .env("LOCKRUN_REDIS_URL", redis.url())
         .env("LOCKRUN_KILL_AFTER", &kill_after)
@@ -395,10 +393,8 @@ fn platform_stops_the_docker_run_lines_within_their_stop_timeout() {
         let args = with_job(&docker.lockrun_args, &[&job]);
         let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
         let metrics = bin.path().join("job.prom");
-        let mut cmd = Command::new("unshare");
-        from_a_clean_caller(&mut cmd);
-        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-            .arg(lockrun_bin())
+        let mut cmd = in_a_pid_namespace(&[]);
+        cmd.arg(lockrun_bin())
             .args(&args)
             .env("LOCKRUN_REDIS_URL", redis.url())
             .env("LOCKRUN_METRICS_FILE", &metrics)
@@ -416,6 +412,17 @@ fn platform_stops_the_docker_run_lines_within_their_stop_timeout() {
         assert_eq!(code, Some(137), "{err}");
         assert_recorded(&metrics, &redis, &key, "docker run", None);
     }
+}
+
+/// `unshare` starting `init` (its words) as PID 1 of a PID namespace of its own, with its own
+/// /proc, killed with the test; lockrun (the words the caller adds) is PID 1 itself when `init`
+/// is empty. Started from a clean caller, as a container runtime starts its entrypoint.
+fn in_a_pid_namespace(init: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = Command::new("unshare");
+    from_a_clean_caller(&mut cmd);
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .args(init);
+    cmd
 }
 
 /// tini, from PATH (tests/ensure-inits.sh installs it).
@@ -463,12 +470,9 @@ fn docker_run_with_init_lines_keep_the_lock_for_a_daemonized_process() {
             let key = args[args.iter().position(|a| a == "--").unwrap() - 1].clone();
             // Debian's tini, the init `docker run --init` starts: PID 1 of the namespace,
             // lockrun its child.
-            let mut cmd = Command::new("unshare");
-            from_a_clean_caller(&mut cmd);
-            cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-                .arg(tini())
-                .arg("--")
-                .arg(lockrun_bin())
+            let tini = tini();
+            let mut cmd = in_a_pid_namespace(&[tini.as_os_str(), "--".as_ref()]);
+            cmd.arg(lockrun_bin())
                 .args(&args)
                 .env("LOCKRUN_REDIS_URL", redis.url())
                 .stdout(Stdio::null())
