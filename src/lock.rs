@@ -80,17 +80,21 @@ pub enum LockKind {
     Shared,
     /// `--limit N`: up to N holders at once, the slots of a sorted set.
     Semaphore(u32),
-    /// `--standby`: exclusive, for one tick of this length (`--every`'s hold). Every attempt
-    /// is for the tick under way: standbys wait for it to complete, and take it over when its
-    /// holder cannot.
-    Tick(Duration),
+    /// `--standby`: exclusive, for one tick of `length` (`--every`'s hold). Every attempt is
+    /// for the tick under way: up to `standbys` attempts wait for it to complete, and take it
+    /// over when its holder cannot; later ones end their run skipped at once.
+    Tick { length: Duration, standbys: u32 },
 }
+
+/// How many hosts stand by for a tick without `--standbys`: a tick then survives the loss of
+/// the host that took it and of one standby, and costs two hosts' waiting, whatever the fleet.
+pub const DEFAULT_STANDBYS: u32 = 2;
 
 impl LockKind {
     /// The tick's length, for a [`LockKind::Tick`].
     pub fn tick(self) -> Option<Duration> {
         match self {
-            LockKind::Tick(length) => Some(length),
+            LockKind::Tick { length, .. } => Some(length),
             LockKind::Exclusive | LockKind::Shared | LockKind::Semaphore(_) => None,
         }
     }
@@ -202,6 +206,13 @@ pub enum Acquire {
         /// much later. `None`: not this attempt's to stand by for (held by a run of an earlier
         /// tick), or not a tick at all.
         tick_left: Option<Duration>,
+    },
+    /// With `--standby`: held, and this attempt not needed (the tick has all the standbys it
+    /// asks for, or a run of an earlier tick holds the lock). The run ends, skipped; the
+    /// attempt recorded that in the history, and queued nothing.
+    Passed {
+        holder: Option<String>,
+        pttl: Option<Duration>,
     },
     /// With `--standby`: the tick completed elsewhere (`completed`), or the tick this attempt
     /// stood by for is over. The run ends, skipped.

@@ -14,7 +14,7 @@ use crate::lock::backend::Backend;
 use crate::lock::redis::{ConnectOptions, RedisLock};
 use crate::lock::redlock::Redlock;
 use crate::lock::url::{password_from, Credentials, TlsFiles};
-use crate::lock::{LockKind, LockSpec};
+use crate::lock::{LockKind, LockSpec, DEFAULT_STANDBYS};
 use crate::ping::Target;
 use std::ffi::OsString;
 use std::time::Duration;
@@ -392,6 +392,9 @@ fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
     if args.standby && args.limit.is_some() {
         return refused("--standby cannot be used with --limit: a tick is run once, by one host");
     }
+    if args.standbys.is_some() && !args.standby {
+        return refused("--standbys needs --standby: it says how many hosts stand by for a tick");
+    }
     if args.every.is_some() && args.limit.is_some() {
         return refused(
             "--every cannot be used with --limit: a tick is run once, by one host (with \
@@ -400,7 +403,10 @@ fn kind(args: &Args, hold: Duration) -> Result<LockKind, Usage> {
     }
     Ok(match (args.limit, args.standby, args.shared) {
         (Some(slots), _, _) => LockKind::Semaphore(slots),
-        (None, true, _) => LockKind::Tick(hold),
+        (None, true, _) => LockKind::Tick {
+            length: hold,
+            standbys: args.standbys.unwrap_or(DEFAULT_STANDBYS),
+        },
         (None, false, true) => LockKind::Shared,
         (None, false, false) => LockKind::Exclusive,
     })
@@ -431,7 +437,7 @@ fn kind_fits(kind: LockKind, args: &Args, lock: &Backend) -> Result<(), Usage> {
         return Err(Usage(format!("--shared cannot be used with {with}")));
     }
     match kind {
-        LockKind::Tick(_) if quorum => Err(Usage(
+        LockKind::Tick { .. } if quorum => Err(Usage(
             "--standby cannot be used with several Redis masters: a tick's record is kept on \
              one server (a Sentinel group or a Cluster is one)"
                 .into(),
@@ -568,7 +574,22 @@ mod shared_tests {
         assert_eq!(kind(&["k", "true"]), LockKind::Exclusive);
         assert_eq!(kind(&["--limit", "3", "k", "true"]), LockKind::Semaphore(3));
         let tick = kind(&["--every", "1m", "--standby", "k", "true"]);
-        assert_eq!(tick, LockKind::Tick(Duration::from_secs(54)));
+        let length = Duration::from_secs(54);
+        assert_eq!(
+            tick,
+            LockKind::Tick {
+                length,
+                standbys: 2
+            }
+        );
+        let three = kind(&["--every", "1m", "--standby", "--standbys", "3", "k", "true"]);
+        assert_eq!(
+            three,
+            LockKind::Tick {
+                length,
+                standbys: 3
+            }
+        );
         let refused = |args: &[&str]| plan(args).err().expect("refused").0;
         let limit = refused(&["--shared", "--limit", "2", "k", "true"]);
         assert!(
@@ -584,6 +605,8 @@ mod shared_tests {
             slots.starts_with("--every cannot be used with --limit"),
             "{slots}"
         );
+        let alone = refused(&["--every", "1m", "--standbys", "3", "k", "true"]);
+        assert!(alone.starts_with("--standbys needs --standby"), "{alone}");
         let masters = "redis://a:1,redis://b:1,redis://c:1";
         let quorum = refused(&["--shared", "--redis", masters, "k", "true"]);
         assert!(quorum.contains("several Redis masters"), "{quorum}");

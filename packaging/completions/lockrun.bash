@@ -41,7 +41,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --shared --every --standby --spread --min-hold --history --time-limit --kill-after --on-lost --no-group --subreaper --metrics-file --ping --ping-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version status list release history doctor run"
+            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --shared --every --standby --standbys --spread --min-hold --history --time-limit --kill-after --on-lost --no-group --subreaper --metrics-file --ping --ping-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version status list release history doctor run"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -80,6 +80,10 @@ _lockrun() {
                     return 0
                     ;;
                 --every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --standbys)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -395,7 +399,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__run)
-            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --shared --every --standby --spread --min-hold --history --time-limit --kill-after --on-lost --no-group --subreaper --metrics-file --ping --ping-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version"
+            opts="-t -w -E -l -r -q -v -h -V --ttl --wait --conflict-exit-code --limit --shared --every --standby --standbys --spread --min-hold --history --time-limit --kill-after --on-lost --no-group --subreaper --metrics-file --ping --ping-file --redis --node-timeout --redis-user --redis-password-file --tls-ca --tls-cert --tls-key --tls-insecure --sentinel-password-file --acks --fsync --quiet --verbose --log-format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -434,6 +438,10 @@ _lockrun() {
                     return 0
                     ;;
                 --every)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --standbys)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= shared every= standby spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= ping= ping-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
+    string join \n t/ttl= w/wait= E/conflict-exit-code= l/limit= shared every= standby standbys= spread= min-hold= history= time-limit= kill-after= on-lost= no-group subreaper metrics-file= ping= ping-file= r/redis= node-timeout= redis-user= redis-password-file= tls-ca= tls-cert= tls-key= tls-insecure sentinel-password-file= acks= fsync q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -29,6 +29,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'How long 
 complete -c lockrun -n "__fish_lockrun_needs_command" -s E -l conflict-exit-code -d 'Exit code when the lock is held' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -s l -l limit -d 'Let up to N holders run at once (a semaphore)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l every -d 'The job\'s period: keep the lock for the tick' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l standbys -d 'With --standby: how many hosts stand by for a tick [default: 2]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l spread -d 'With --every: wait a random time up to DURATION before trying, so that the hosts take turns running the ticks' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r
@@ -149,6 +150,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s w -l wait -d 'Ho
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s E -l conflict-exit-code -d 'Exit code when the lock is held' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -s l -l limit -d 'Let up to N holders run at once (a semaphore)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l every -d 'The job\'s period: keep the lock for the tick' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l standbys -d 'With --standby: how many hosts stand by for a tick [default: 2]' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l spread -d 'With --every: wait a random time up to DURATION before trying, so that the hosts take turns running the ticks' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l min-hold -d 'Keep the lock at least this long after acquiring, even if the command finishes sooner (at most 30d); the low-level knob behind --every, which it overrides (it must then be shorter than the period)' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand run" -l history -d 'Keep about the last N runs of KEY for `lockrun history` (a Redis stream beside the lock, written by the scripts lockrun runs anyway; gone 39 to 40 days after the key\'s last run); 0 to 10000, 0: record nothing' -r

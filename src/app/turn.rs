@@ -304,6 +304,16 @@ impl<'a> Waiter<'a> {
                     }
                     return Err(Failed::Conflict(skipped, None));
                 }
+                // Not needed for this tick: the attempt recorded the skip and queued nothing.
+                Ok(Acquire::Passed {
+                    holder: other,
+                    pttl,
+                }) => {
+                    let holder_started = other.as_deref().and_then(crate::lock::holder_started);
+                    let other = other.as_deref().map_or("?", describe_holder);
+                    let skipped = decide(self.skipped(false));
+                    return Err(self.conflict(skipped, other, pttl, holder_started));
+                }
                 Ok(Acquire::Held {
                     holder: other,
                     pttl,
@@ -322,10 +332,7 @@ impl<'a> Waiter<'a> {
                             let note = self.note(&skipped);
                             self.leave(lock, Some(&note)).await;
                         }
-                        let left = pttl.map(|d| Human(d).to_string());
-                        info!(key = %spec.key, holder = other, ttl_left = left.as_deref().unwrap_or("none"),
-                              "redis lock already acquired");
-                        return Err(Failed::Conflict(skipped, holder_started));
+                        return Err(self.conflict(skipped, other, pttl, holder_started));
                     }
                     // Said once per run, at the first look that finds the lock held.
                     let first_look = !std::mem::replace(&mut self.announced, true);
@@ -341,7 +348,7 @@ impl<'a> Waiter<'a> {
                         // the subscription is then not missed.
                         continue;
                     }
-                    let sleep = next_look(pttl, rank);
+                    let sleep = next_look(pttl, rank, self.standby.then_some(spec.ttl));
                     let sleep = if stale { sleep.max(STALE_LOOK) } else { sleep };
                     debug!(rank, sleep = %Human(sleep), "waiting for the lock");
                     remaining.map_or(sleep, |r| sleep.min(r))
@@ -406,6 +413,21 @@ impl<'a> Waiter<'a> {
         last.is_some_and(|(h, end)| h == *holder && now >= end)
     }
 
+    /// The run ends skipped: the lock is held by `holder` (described), its lease ending `pttl`
+    /// from now. The line cron-prefix users look for.
+    fn conflict(
+        &self,
+        skipped: Ending,
+        holder: &str,
+        pttl: Option<Duration>,
+        holder_started: Option<std::time::SystemTime>,
+    ) -> Failed {
+        let left = pttl.map(|d| Human(d).to_string());
+        info!(key = %self.spec.key, holder, ttl_left = left.as_deref().unwrap_or("none"),
+              "redis lock already acquired");
+        Failed::Conflict(skipped, holder_started)
+    }
+
     /// A stop signal ended the wait: leave the queue with the run's history entry.
     async fn stopped<L: LockService>(&self, lock: &mut L, sig: i32) -> Failed {
         info!(signal = %signals::name(sig), "interrupted while waiting for the lock");
@@ -444,14 +466,18 @@ impl<'a> Waiter<'a> {
 /// that a real lease end calls for.
 const STALE_LOOK: Duration = Duration::from_millis(50);
 
-/// How long a waiter sleeps before it looks again: a heartbeat; next in line (`rank` 0), never
-/// past the holder's lease end (plus a little jitter), so a holder that died without releasing
-/// is noticed then.
-fn next_look(pttl: Option<Duration>, rank: Option<u64>) -> Duration {
-    match (rank, pttl) {
-        (Some(0), Some(p)) => {
-            HEARTBEAT.min(p + crate::lock::jitter(Duration::from_millis(5) + p / 100))
-        }
+/// How long a waiter sleeps before it looks again (a release's wake-up comes sooner): a
+/// heartbeat; next in line (`rank` 0), never past the holder's lease end (plus a little
+/// jitter), so a holder that died without releasing is noticed then. A standby for a tick
+/// (`standby`: its TTL) looks only when the holder's lease ends, at most its TTL and a
+/// heartbeat apart (its ticket lasts longer: `lock::redis::ticket`): a tick's few standbys
+/// cost a request per lease each, not one a second, and any of them takes over a holder that
+/// died.
+fn next_look(pttl: Option<Duration>, rank: Option<u64>, standby: Option<Duration>) -> Duration {
+    let at_lease_end = |p: Duration| p + crate::lock::jitter(Duration::from_millis(5) + p / 100);
+    match (standby, rank, pttl) {
+        (Some(ttl), _, Some(p)) => at_lease_end(p).min(ttl + HEARTBEAT),
+        (None, Some(0), Some(p)) => HEARTBEAT.min(at_lease_end(p)),
         _ => HEARTBEAT,
     }
 }
@@ -543,6 +569,8 @@ mod tests {
         },
         /// `--standby`: held, standing by for a tick with this much left.
         StandBy(Duration),
+        /// `--standby`: held, and the tick has its standbys.
+        Passed,
         /// `--standby`: the tick completed elsewhere (or is over).
         TickEnded(bool),
         /// `--standby`: acquired as this attempt at the tick (fence, attempt).
@@ -618,6 +646,10 @@ mod tests {
                     pttl: Some(Duration::from_secs(20)),
                     rank: Some(0),
                     tick_left: Some(*left),
+                }),
+                Answer::Passed => Ok(Acquire::Passed {
+                    holder: None,
+                    pttl: Some(Duration::from_secs(20)),
                 }),
                 Answer::TickEnded(completed) => Ok(Acquire::TickEnded {
                     completed: *completed,
@@ -763,7 +795,10 @@ mod tests {
         turns: Vec<Turn>,
     ) -> Ran {
         let spec = LockSpec {
-            kind: tick.map_or(LockKind::Exclusive, LockKind::Tick),
+            kind: tick.map_or(LockKind::Exclusive, |length| LockKind::Tick {
+                length,
+                standbys: 2,
+            }),
             history: 100,
             ..LockSpec::new("k", Duration::from_secs(30))
         };
@@ -878,6 +913,38 @@ mod tests {
             assert!(ran.took < SECS(2), "{:?}", ran.took);
             assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_the_tick_does_not_need_skips_with_one_request() {
+        let mut lock = fake(vec![Answer::Passed]);
+        let ran = standby(&mut lock, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        assert_eq!(ran.took, Duration::ZERO);
+        // The attempt recorded the skip and queued nothing: no leave, no subscription.
+        assert_eq!(lock.calls, ["acquire"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_looks_when_the_holders_lease_ends_not_every_second() {
+        // The fake's holder has 20 s left of its lease at every look.
+        let mut lock = fake(vec![
+            Answer::StandBy(SECS(50)),
+            Answer::StandBy(SECS(50)),
+            Answer::StandBy(SECS(30)),
+            Answer::TickEnded(true),
+        ]);
+        let ran = standby(&mut lock, vec![]).await;
+        assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+        for slept in &lock.sleeps {
+            assert!(*slept >= SECS(20) && *slept < MS(20_300), "{slept:?}");
+        }
+        assert_eq!(lock.sleeps.len(), 2, "{:?}", lock.calls);
+        // However long the holder's lease, a standby looks at least once per its own TTL (30
+        // s here) and a heartbeat, so its ticket never runs out while it lives.
+        let hour = Some(SECS(3600));
+        assert_eq!(next_look(hour, Some(3), Some(SECS(30))), SECS(31));
+        assert_eq!(next_look(None, Some(0), Some(SECS(30))), HEARTBEAT);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1114,9 +1181,9 @@ mod tests {
         // The lease's end plus a jitter below 5 ms + 1 % of it.
         assert!(slept >= MS(200) && slept < MS(207), "{slept:?}");
         // Further back in the queue, or a holder without a lease end: the heartbeat.
-        assert_eq!(next_look(Some(MS(200)), Some(1)), HEARTBEAT);
-        assert_eq!(next_look(None, Some(0)), HEARTBEAT);
-        assert_eq!(next_look(Some(SECS(20)), Some(0)), HEARTBEAT);
+        assert_eq!(next_look(Some(MS(200)), Some(1), None), HEARTBEAT);
+        assert_eq!(next_look(None, Some(0), None), HEARTBEAT);
+        assert_eq!(next_look(Some(SECS(20)), Some(0), None), HEARTBEAT);
     }
 
     #[tokio::test(start_paused = true)]

@@ -124,16 +124,26 @@ pub struct Args {
 
     /// With --every: stay ready to run this tick if the host that took it cannot finish it
     ///
-    /// A host that finds the tick taken does not skip at once: it stands by for the rest of the
-    /// tick (until the hold of --every ends), and exits as skipped (-E) once the run completes
-    /// there. If that run cannot complete (its host gone or cut off until its lease expires,
-    /// lockrun stopped, the job killed by a signal, the command not startable), one standby
-    /// takes the lock and runs the job in the same tick. A job that exits by itself, whatever
-    /// its exit code, completes the tick. Use it on every host of the job; one Redis server
-    /// (or Sentinel group, or Cluster); not with --limit.
+    /// The first hosts that find the tick taken (--standbys, 2) do not skip at once: they stand
+    /// by for the rest of the tick (until the hold of --every ends), and exit as skipped (-E)
+    /// once the run completes there; the hosts after them skip at once. If that run cannot
+    /// complete (its host gone or cut off until its lease expires, lockrun stopped, the job
+    /// killed by a signal, the command not startable), one standby takes the lock and runs the
+    /// job in the same tick. A job that exits by itself, whatever its exit code, completes the
+    /// tick. Use it on every host of the job; one Redis server (or Sentinel group, or Cluster);
+    /// not with --limit.
     #[arg(long, env = "LOCKRUN_STANDBY", value_parser = parse_switch, hide_env_values = true,
           help_heading = LOCK, hide_short_help = true)]
     pub standby: bool,
+
+    /// With --standby: how many hosts stand by for a tick [default: 2]
+    ///
+    /// A tick then survives the loss of the host that took it and of N - 1 standbys. A standby
+    /// that dies is replaced by the next host that fires for the tick, if one does. 1 to 100.
+    #[arg(long, env = "LOCKRUN_STANDBYS", value_name = "N", value_parser = parse_standbys,
+          allow_negative_numbers = true, hide_env_values = true, help_heading = LOCK,
+          hide_short_help = true)]
+    pub standbys: Option<u32>,
 
     /// With --every: wait a random time up to DURATION before trying, so that the hosts take
     /// turns running the ticks
@@ -504,6 +514,10 @@ fn parse_limit(s: &str) -> Result<u32, String> {
     parse_bounded(s, 1, 100_000, "--limit").map(|n| n as u32)
 }
 
+fn parse_standbys(s: &str) -> Result<u32, String> {
+    parse_bounded(s, 1, 100, "--standbys").map(|n| n as u32)
+}
+
 /// The longest key: the command gets it as `LOCKRUN_KEY=<key>`, and Linux takes no
 /// environment entry longer than 128 KiB with its NUL (MAX_ARG_STRLEN).
 const MAX_KEY: usize = 128 * 1024 - "LOCKRUN_KEY=".len() - 1;
@@ -533,6 +547,19 @@ pub(super) fn parse_key(s: &str) -> Result<String, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// `--standbys`' help names the default the plan uses without it.
+    #[test]
+    fn the_standbys_help_names_the_default() {
+        let command = Args::command();
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == "standbys")
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        let default = format!("[default: {}]", crate::lock::DEFAULT_STANDBYS);
+        assert!(help.contains(&default), "{help}");
+    }
 
     /// The variables the command does not get are those whose options' help says so.
     #[test]

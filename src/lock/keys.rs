@@ -81,7 +81,7 @@ pub(super) fn history_args(
     }
     let taken_over_or_handed_on = |&a: &u32| a > 1 || !note.completes_tick;
     match spec.kind {
-        LockKind::Tick(_) => {
+        LockKind::Tick { .. } => {
             if let Some(attempt) = attempt.filter(taken_over_or_handed_on) {
                 args.extend(["attempt".into(), attempt.to_string()]);
             }

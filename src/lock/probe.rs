@@ -125,7 +125,7 @@ impl RedisLock {
     async fn cycle(&mut self, spec: &LockSpec, holder: &Holder) -> Result<(), LockError> {
         let lease = match self.acquire(spec, holder, false).await? {
             Acquire::Acquired(lease) => lease,
-            Acquire::Held { .. } | Acquire::TickEnded { .. } => {
+            Acquire::Held { .. } | Acquire::Passed { .. } | Acquire::TickEnded { .. } => {
                 return Err(self.error(Kind::Misuse(Misuse::ProbeKeyHeld {
                     key: spec.key.clone(),
                 })))

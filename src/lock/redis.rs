@@ -13,7 +13,7 @@ use super::keys::has_hash_tag;
 use super::redis_errors::{self, refusal, Sent};
 use super::scripts;
 use super::url::{Credentials, Secrets, TlsFiles};
-use super::LockError;
+use super::{LockError, LockKind};
 use link::Route;
 use redis::Value;
 use routing::{Router, Unrouted};
@@ -33,6 +33,17 @@ pub struct ConnectOptions {
 /// A waiter's place in the queue lasts this long unless renewed: the longest a waiter that
 /// died (SIGKILL) can hold up the queue.
 pub const TICKET: Duration = Duration::from_secs(3);
+
+/// How long a place in the queue lasts for a lock of `kind` with `ttl`: a waiter renews its
+/// ticket every second; a standby for a tick looks once per lease of the holder (at most its
+/// TTL and a second apart: `turn::next_look`), so its ticket lasts that much longer. A standby
+/// that died frees its place for a later host within this.
+pub fn ticket(kind: LockKind, ttl: Duration) -> Duration {
+    match kind {
+        LockKind::Tick { .. } => ttl + TICKET,
+        LockKind::Exclusive | LockKind::Shared | LockKind::Semaphore(_) => TICKET,
+    }
+}
 
 pub struct RedisLock {
     /// The connection, the subscription to release hints, and which primary they go to.

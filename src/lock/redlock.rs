@@ -290,7 +290,7 @@ impl LockService for Redlock {
                 }
                 // `--standby` is refused with several masters (`plan::resolve`): no tick is
                 // asked for here, and no master answers one.
-                Acquire::TickEnded { .. } => {}
+                Acquire::Passed { .. } | Acquire::TickEnded { .. } => {}
             }
         }
         let elapsed = confirmed_at - sent_at;

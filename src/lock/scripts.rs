@@ -240,8 +240,8 @@ mod tests {
         let pinned: [(&Script, &str); 13] = [
             (&ACQUIRE_EXCLUSIVE, "fa91e85ce39a12b0709326e4a56c2288741b3e9e"),
             (&RELEASE_EXCLUSIVE, "d2361a390dfb15f85415875fe4c5a7630e2cf7fa"),
-            (&ACQUIRE_TICK, "f6b839470d8de5fa8ab10e44771d6d0237e2f60a"),
-            (&RELEASE_TICK, "bb595046282430bbbffa0fde1c6ea966f5865b82"),
+            (&ACQUIRE_TICK, "8f6dddc637c608228ab756796d44460cb53560a5"),
+            (&RELEASE_TICK, "7af3cca46d8b822ed55b33f26a49a917b25e4403"),
             (&ACQUIRE_SEMAPHORE, "92d7c5958e2517d96f658b9ec055784977dd9adb"),
             (&ACQUIRE_SHARED, "92001e09dec0cc91cbdcff412195fc12981d7dac"),
             (&RELEASE_SEMAPHORE, "2cd18e21266096fb354d61685d6e5d6cdfc02252"),

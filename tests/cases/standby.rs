@@ -324,6 +324,23 @@ fn standby_needs_every_one_server_and_no_limit() {
             ],
             "--standby cannot be used with --limit",
         ),
+        (
+            vec!["--every", "1m", "--standbys", "3", "k", "--", "true"],
+            "--standbys needs --standby",
+        ),
+        (
+            vec![
+                "--standby",
+                "--every",
+                "1m",
+                "--standbys",
+                "0",
+                "k",
+                "--",
+                "true",
+            ],
+            "0 is out of range: --standbys is 1 to 100",
+        ),
     ] {
         let mut cmd = Lockrun::on(&redis);
         cmd.args(&args);
@@ -625,4 +642,138 @@ fn a_takeover_is_said_under_q() {
                 .contains("the host that took this tick did not complete it; running it here"),
         "{said:?}"
     );
+}
+
+/// Only as many hosts stand by as `--standbys` asks (2 by default): the ones after them skip
+/// at once, as without `--standby`, each with one request and its skip in the history. The
+/// cost of a tick does not grow with the hosts that fire for it.
+#[test]
+fn hosts_beyond_the_standbys_skip_at_once_with_one_request() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut a = host(&redis, dir.path(), "a", "1m", "10s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
+    let c = host(&redis, dir.path(), "c", "1m", "10s", "true");
+    standing_by(&[&b, &c]);
+    let requests = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
+    for name in ["d", "e"] {
+        let before = requests();
+        let (code, _, err) = host(&redis, dir.path(), name, "1m", "10s", "true").finish();
+        let after = requests();
+        assert_eq!(code, Some(0), "skipped with -E 0: {err}");
+        assert!(err.contains("redis lock already acquired"), "{err}");
+        assert!(!err.contains("standing by"), "{err}");
+        // b and c look now and then meanwhile; d and e send one EVALSHA each, no SUBSCRIBE.
+        let sent: Vec<u64> = (0..3).map(|i| after[i] - before[i]).collect();
+        assert!(
+            sent[0] <= 3 && sent[1] == 0 && sent[2] == 0,
+            "{sent:?}: {err}"
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(0));
+    for h in [b, c] {
+        let (code, _, err) = h.finish();
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("this tick completed on another host"), "{err}");
+    }
+    let mut outcomes = outcomes(&redis);
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            ("ran".into(), None),
+            ("skipped".into(), None),
+            ("skipped".into(), None),
+            ("skipped".into(), None),
+            ("skipped".into(), None)
+        ]
+    );
+}
+
+/// A standby that dies leaves the queue when its ticket ends (its TTL and 3 s); a host that
+/// fires later in the tick then stands by in its place.
+#[test]
+fn a_standby_that_died_is_replaced_by_a_later_host() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut a = host(&redis, dir.path(), "a", "1m", "1s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "1s", "true");
+    let c = host(&redis, dir.path(), "c", "1m", "1s", "true");
+    standing_by(&[&b, &c]);
+    let died = Instant::now();
+    kill(c.pid(), libc::SIGKILL);
+    drop(c);
+    // Until c's ticket ends, a host that fires is not needed; from then on it stands by.
+    let replaced = (0..).find_map(|n| {
+        assert!(died.elapsed() < Duration::from_secs(10), "never replaced");
+        let mut d = host(&redis, dir.path(), &format!("d{n}"), "1m", "1s", "true");
+        if stands_by_or_ends(&mut d) {
+            return Some(d);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        None
+    });
+    let replaced = replaced.unwrap();
+    let after = died.elapsed();
+    assert!(
+        after >= Duration::from_secs(3),
+        "c's ticket outlives its death: {after:?}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(0));
+    for h in [b, replaced] {
+        let (code, _, err) = h.finish();
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("this tick completed on another host"), "{err}");
+    }
+    assert_eq!(runs(dir.path()).len(), 1);
+}
+
+/// Whether `host` stands by (true) or ends its run at once (false).
+fn stands_by_or_ends(host: &mut Background) -> bool {
+    let mut stands_by = false;
+    eventually("standing by or gone", || {
+        stands_by = host
+            .stderr()
+            .contains("standing by for the rest of this tick");
+        stands_by || !host.is_running()
+    });
+    stands_by
+}
+
+/// With two standbys, a tick survives the loss of its host and of one standby in the same
+/// tick: the other standby takes it over when the dead host's lease ends.
+#[test]
+fn a_tick_survives_its_host_and_a_standby_dying() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host(&redis, dir.path(), "a", "1m", "2s", "sleep 60");
+    a.until("a holds the tick", || redis.exists("tick"));
+    let job = job_pid(dir.path(), "a");
+    let b = host(&redis, dir.path(), "b", "1m", "2s", "true");
+    let c = host(&redis, dir.path(), "c", "1m", "2s", "true");
+    standing_by(&[&b, &c]);
+    let died = Instant::now();
+    kill(a.pid(), libc::SIGKILL);
+    unsafe { libc::kill(-(job as i32), libc::SIGKILL) };
+    kill(b.pid(), libc::SIGKILL);
+    let (code, _, err) = c.finish();
+    let took = died.elapsed();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("running it here"), "{err}");
+    assert!(
+        took < Duration::from_secs(4),
+        "took over {took:?} after the deaths"
+    );
+    let runs = runs(dir.path());
+    assert_eq!(
+        runs.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["a", "c"]
+    );
+    drop((a, b));
 }

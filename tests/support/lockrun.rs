@@ -148,6 +148,11 @@ impl Background {
         String::from_utf8_lossy(&std::fs::read(&self.err).unwrap_or_default()).into_owned()
     }
 
+    /// Whether lockrun has not exited yet.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Polls `cond` until it holds; fails at once (with lockrun's output) if lockrun exits
     /// first, or after PATIENCE.
     pub fn until(&mut self, what: &str, cond: impl FnMut() -> bool) {

@@ -2,7 +2,7 @@
 //! `scripts/`), its request built and its reply decoded there.
 
 use super::send::EvalError;
-use super::{link::Route, RedisLock, TICKET};
+use super::{link::Route, ticket, RedisLock};
 use crate::lock::failure::{Kind, Misuse};
 use crate::lock::keys::{history_args, wake_channel};
 use crate::lock::scripts::acquire::{AcquireReply, AcquireRequest};
@@ -66,12 +66,12 @@ impl LockService for RedisLock {
             value: &holder.value,
             ttl: spec.ttl,
             id: &holder.id,
-            ticket: queue.then_some(TICKET),
+            ticket: queue.then_some(ticket(spec.kind, spec.ttl)),
             // The history cap, read only when this attempt ends the run (not queueing, lock
             // held): the script composes that "skipped" entry from the holder value.
             // A tick's script writes only the entry of an earlier attempt that never released.
             history: match spec.kind {
-                LockKind::Tick(_) => spec.history,
+                LockKind::Tick { .. } => spec.history,
                 _ if queue => 0,
                 _ => spec.history,
             },
@@ -267,6 +267,16 @@ impl RedisLock {
                 pttl,
                 rank,
                 tick_left: tick_left.filter(|_| spec.kind.tick().is_some()),
+            },
+            // Only a tick's script passes an attempt; to any other kind it reads as held.
+            AcquireReply::Passed { pttl, holder } if spec.kind.tick().is_some() => {
+                Acquire::Passed { holder, pttl }
+            }
+            AcquireReply::Passed { pttl, holder } => Acquire::Held {
+                holder,
+                pttl,
+                rank: None,
+                tick_left: None,
             },
             AcquireReply::TickEnded { completed } => Acquire::TickEnded { completed },
             AcquireReply::Refused(refusal) => {

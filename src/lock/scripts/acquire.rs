@@ -70,13 +70,14 @@ impl Request for AcquireRequest<'_> {
                 &ACQUIRE_SEMAPHORE
             }
             // KEYS[6] the tick's record; ARGV[5] the history cap, ARGV[6] the tick's length ms,
-            // ARGV[7] ms since this run began.
-            LockKind::Tick(length) => {
+            // ARGV[7] ms since this run began, ARGV[8] how many stand by.
+            LockKind::Tick { length, standbys } => {
                 keys.push(k.tick);
                 args.extend([
                     history,
                     length.as_millis().to_string(),
                     self.began.as_millis().to_string(),
+                    standbys.to_string(),
                 ]);
                 &ACQUIRE_TICK
             }
@@ -109,6 +110,12 @@ pub enum AcquireReply {
         rank: Option<u64>,
         /// Standing by for a tick, which ends this much later.
         tick_left: Option<Duration>,
+    },
+    /// `{3, pttl, holder}`: held, and a tick's attempt not needed (the tick has its standbys,
+    /// or a run of an earlier tick holds the lock): the run ends skipped, recorded by the script.
+    Passed {
+        pttl: Option<Duration>,
+        holder: Option<String>,
     },
     /// `{2, 'done'}`: the tick completed elsewhere; `{2, 'over'}`: the tick this attempt stood
     /// by for has ended.
@@ -159,6 +166,10 @@ impl AcquireReply {
                 tick_left: as_int(items.get(4))
                     .and_then(|r| u64::try_from(r).ok())
                     .map(Duration::from_millis),
+            },
+            (Some(Value::Int(3)), Some(Value::Int(pttl))) => AcquireReply::Passed {
+                pttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: items.get(2).and_then(as_string),
             },
             (Some(Value::Int(2)), Some(end)) => match as_string(end).as_deref() {
                 Some("done") => AcquireReply::TickEnded { completed: true },
@@ -390,8 +401,11 @@ mod tests {
     }
 
     #[test]
-    fn a_tick_sends_its_record_its_length_and_when_its_run_began_after_the_cap() {
-        let tick = LockKind::Tick(Duration::from_secs(54));
+    fn a_tick_sends_its_record_its_length_when_its_run_began_and_its_standbys() {
+        let tick = LockKind::Tick {
+            length: Duration::from_secs(54),
+            standbys: 2,
+        };
         let call = request(tick, Some(Duration::from_secs(3))).call();
         let (sent, _) = run(&call, Value::Nil);
         let mut keys = KEYS.to_vec();
@@ -405,6 +419,7 @@ mod tests {
             "7",
             "54000",
             "2500",
+            "2",
         ];
         assert_eq!(sent, evalsha(&call, &keys, &args));
         assert_eq!(call.script.sha(), ACQUIRE_TICK.sha());
@@ -442,6 +457,15 @@ mod tests {
                 tick_left: Some(Duration::from_secs(50)),
             })
         );
+        let passed = decode(vec![Value::Int(3), Value::Int(900), bulk("x host=h")]);
+        assert_eq!(
+            passed,
+            Ok(AcquireReply::Passed {
+                pttl: Some(Duration::from_millis(900)),
+                holder: Some("x host=h".into()),
+            })
+        );
+        assert!(decode(vec![Value::Int(3), bulk("900")]).is_err());
         let ended = |word: &str| decode(vec![Value::Int(2), bulk(word)]);
         assert_eq!(
             ended("done"),
@@ -526,7 +550,8 @@ mod tests {
             vec![Value::Int(-1)],
             vec![Value::Int(1), bulk("42")],
             vec![Value::Int(0), Value::Nil],
-            vec![Value::Int(3), Value::Int(1)],
+            vec![Value::Int(4), Value::Int(1)],
+            vec![Value::Int(3), Value::Nil],
             vec![bulk("1"), Value::Int(1)],
             vec![Value::Nil, Value::Nil],
             // A grant's numbers out of range: no fence below 1 (unsigned, -5 would wrap to

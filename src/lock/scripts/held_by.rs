@@ -18,7 +18,7 @@ impl Request for HeldByRequest<'_> {
     fn call(&self) -> Call {
         let mut keys = vec![self.key.into()];
         match self.kind {
-            LockKind::Exclusive | LockKind::Shared | LockKind::Tick(_) => {
+            LockKind::Exclusive | LockKind::Shared | LockKind::Tick { .. } => {
                 keys.push(Keys::of(self.key).shared)
             }
             LockKind::Semaphore(_) => {}

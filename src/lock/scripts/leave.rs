@@ -24,7 +24,7 @@ impl Request for LeaveRequest<'_> {
         let k = Keys::of(self.key);
         let limit = match self.kind {
             LockKind::Semaphore(limit) => limit,
-            LockKind::Exclusive | LockKind::Shared | LockKind::Tick(_) => 0,
+            LockKind::Exclusive | LockKind::Shared | LockKind::Tick { .. } => 0,
         };
         let mut args = vec![
             self.id.into(),

@@ -38,7 +38,7 @@ impl Request for ReleaseRequest<'_> {
             // The shared holders are kept as a semaphore's slots are: a sorted set of holder
             // values, given back by the semaphore's script.
             LockKind::Shared => (&RELEASE_SEMAPHORE, k.shared, keep, None),
-            LockKind::Tick(_) => (
+            LockKind::Tick { .. } => (
                 &RELEASE_TICK,
                 self.key.into(),
                 u128::from(self.completes_tick),
@@ -127,7 +127,10 @@ mod tests {
             let call = ReleaseRequest {
                 completes_tick: completed,
                 ..request(
-                    LockKind::Tick(Duration::from_secs(54)),
+                    LockKind::Tick {
+                        length: Duration::from_secs(54),
+                        standbys: 2,
+                    },
                     Duration::from_secs(9),
                 )
             }

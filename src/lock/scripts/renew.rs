@@ -21,7 +21,7 @@ impl Request for RenewRequest<'_> {
     /// holder value, ARGV[2] ttl ms.
     fn call(&self) -> Call {
         let (script, key) = match self.kind {
-            LockKind::Exclusive | LockKind::Tick(_) => (&RENEW_EXCLUSIVE, self.key.into()),
+            LockKind::Exclusive | LockKind::Tick { .. } => (&RENEW_EXCLUSIVE, self.key.into()),
             LockKind::Semaphore(_) => (&RENEW_SEMAPHORE, self.key.into()),
             // A sorted set of holder values, as a semaphore's slots (see `ReleaseRequest`).
             LockKind::Shared => (&RENEW_SEMAPHORE, Keys::of(self.key).shared),
@@ -106,7 +106,11 @@ mod tests {
             assert_eq!(call.script.sha(), script.sha());
         }
         // A tick's lease is an exclusive lock's.
-        let call = request(LockKind::Tick(Duration::from_secs(54))).call();
+        let call = request(LockKind::Tick {
+            length: Duration::from_secs(54),
+            standbys: 2,
+        })
+        .call();
         assert_eq!(call.script.sha(), RENEW_EXCLUSIVE.sha());
         assert_eq!(call.keys, ["job"]);
     }

@@ -1,18 +1,22 @@
 -- Acquire for one tick of a `--every` job with `--standby`, after prelude.lua, queue.lua and
--- tick.lua. The first attempt of a tick takes the lock and opens the tick's record; later
--- attempts of the same tick stand by in the waiter queue while the lock is held, take the
--- lock over (the next attempt of the tick) when the holder is gone before the tick completed,
--- and end their run when it completed or the tick is over.
+-- tick.lua. The first attempt of a tick takes the lock and opens the tick's record; the next
+-- ones, up to ARGV[8] of them at a time, stand by in the waiter queue while the lock is held,
+-- take the lock over (the next attempt of the tick) when the holder is gone before the tick
+-- completed, and end their run when it completed or the tick is over. Attempts beyond those
+-- standbys end their run skipped at once, as without --standby: the cost of a tick does not
+-- grow with the hosts that fire for it.
 -- KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] ticket expiries, KEYS[5]
 -- history, KEYS[6] tick record, KEYS[7] the shared holders (`--shared`): a tick is never taken
 -- beside them ({-1, 'shared'})
 -- ARGV[1] holder value, ARGV[2] ttl ms, ARGV[3] public id, ARGV[4] ticket ms, ARGV[5] history
 -- cap (for the entry of an attempt that never released, see below; an attempt that ends its run
 -- here leaves the queue with its own entry), ARGV[6] tick ms (how long a tick lasts from when
--- the hosts fired: `--every`'s hold), ARGV[7] ms since this attempt's run began (its host fired)
+-- the hosts fired: `--every`'s hold), ARGV[7] ms since this attempt's run began (its host fired),
+-- ARGV[8] how many attempts stand by at a time (`--standbys`)
 -- Returns {1, fence, server clock in µs, attempt} acquired (attempt 1 opened the tick) |
--- {0, pttl, holder, rank, tick ms left} standing by | {0, pttl, holder} held by a run of an
--- earlier tick: not this tick's to stand by for | {2, 'done' | 'over'} the tick completed, or
+-- {0, pttl, holder, rank, tick ms left} standing by | {3, pttl, holder} held, and not this
+-- attempt's to stand by for (the tick has its standbys, or a run of an earlier tick holds the
+-- lock): its run ends skipped, recorded here | {2, 'done' | 'over'} the tick completed, or
 -- ended, elsewhere | {-1, type} | {-2, helper key} as acquire.lua.
 local refused, kind, counter, us, now = preflight('string')
 if refused then return refused end
@@ -42,8 +46,14 @@ end
 -- clock in ms.
 local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
 if queued and (not tick or tonumber(queued) < tonumber(tick.start)) then return {2, 'over'} end
+-- Held, and this attempt not needed: its run ends here, one request, as without --standby.
+local function pass()
+  note_skipped(KEYS[5], 5)
+  return {3, redis.call('PTTL', KEYS[1]), current}
+end
+
 if not tick then
-  if current then return {0, redis.call('PTTL', KEYS[1]), current} end
+  if current then return pass() end
   -- The tick is the schedule's: it began when this run's host fired, and its record ends the
   -- tick's length after that, however late the attempt that opens it (a first attempt after
   -- --spread, or one that rebuilds a record the server lost mid-tick), so that it never
@@ -56,10 +66,12 @@ if not tick then
 end
 if tick.state == 'done' then return {2, 'done'} end
 local ticket = tonumber(ARGV[4])
-if not current and rank(KEYS[3], ARGV[3]) == 0 then
+if not current then
   -- The tick is not done and nobody holds it: the attempt under way ended without completing
-  -- it (its holder handed it on, or is gone and its lease expired). An attempt that never
-  -- released is recorded as lost: nothing else will write its history.
+  -- it (its holder handed it on, or is gone and its lease expired). The first attempt of this
+  -- tick to come takes it over: every standby is woken or looks by itself, so none waits behind
+  -- one that died. An attempt that never released is recorded as lost: nothing else will write
+  -- its history.
   if tick.holder ~= '' then
     local id, host, pid = string.match(tick.holder, '^(%S+) host=(%S*) pid=(%d+)')
     local cap = tonumber(ARGV[5])
@@ -74,9 +86,8 @@ if not current and rank(KEYS[3], ARGV[3]) == 0 then
   write_tick(KEYS[6], tick)
   return take(tick.attempt)
 end
+-- A standby that died leaves the queue when its ticket ends (pruned above): a later attempt
+-- then stands by in its place.
+if not queued and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[8]) then return pass() end
 enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket)
-local left = redis.call('PTTL', KEYS[6])
-if current then
-  return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3]), left}
-end
-return {0, -2, 'reserved for a queued waiter', rank(KEYS[3], ARGV[3]), left}
+return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3]), redis.call('PTTL', KEYS[6])}
