@@ -158,6 +158,7 @@ impl Ending {
             exit_code,
             duration,
             completes_tick: self.completes_tick(),
+            reopened: false,
         }
     }
 

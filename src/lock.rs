@@ -153,6 +153,9 @@ pub struct Note {
     /// With `--standby`: the run completed its tick (see [`crate::ending::Ending::completes_tick`]);
     /// a release without it hands the tick on.
     pub completes_tick: bool,
+    /// With `--standby`: the run opened its tick again, the server having lost the tick's
+    /// record while this host stood by for it (a restart, a failover).
+    pub reopened: bool,
 }
 
 /// A lock we hold.

@@ -82,7 +82,9 @@ where
             // Its own target: `-q` lets this warning through (see `logging::init`).
             warn!(target: crate::logging::TAKEOVER, key = %spec.key, attempt = lease.attempt,
                   "the host that took this tick did not complete it; running it here");
-        } else if waiter.stood_by {
+        }
+        let reopened = lease.attempt == 1 && waiter.stood_by;
+        if reopened {
             // It stood by for a tick under way, and then opened the tick itself: the server
             // lost the tick's record (restarted empty, failed over to a replica without it).
             warn!(target: crate::logging::TAKEOVER, key = %spec.key,
@@ -113,7 +115,10 @@ where
                 (skipped, Duration::ZERO)
             }
         };
-        let note = ending.map(|ending| waiter.note(&ending));
+        let note = ending.map(|ending| Note {
+            reopened,
+            ..waiter.note(&ending)
+        });
         let released = release(lock, spec, &lease, keep, note.as_ref()).await;
         report.held_for(acquired_at.elapsed());
         let Some(ending) = ending else { continue };
@@ -1258,6 +1263,7 @@ mod tests {
             exit_code: Some(0),
             duration: Duration::ZERO,
             completes_tick: false,
+            reopened: false,
         };
         release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await
     }

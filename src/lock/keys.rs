@@ -85,6 +85,9 @@ pub(super) fn history_args(
             if let Some(attempt) = attempt.filter(taken_over_or_handed_on) {
                 args.extend(["attempt".into(), attempt.to_string()]);
             }
+            if note.reopened {
+                args.extend(["tick".into(), "reopened".into()]);
+            }
         }
         LockKind::Shared => args.extend(["mode".into(), "shared".into()]),
         LockKind::Exclusive | LockKind::Semaphore(_) => {}

@@ -93,6 +93,7 @@ fn document(e: &Entry) -> serde_json::Value {
         "every_ms": number(e, "every_ms"),
         "attempt": number(e, "attempt"),
         "mode": e.get("mode"),
+        "tick": e.get("tick"),
     })
 }
 
@@ -115,6 +116,10 @@ fn table(entries: &[Entry]) -> String {
             Some(_) => format!("{} (attempt {})", field("outcome"), field("attempt")),
             None => field("outcome"),
         };
+        // With --standby, a run that opened its tick again after the server lost its record.
+        if e.get("tick").is_some() {
+            outcome = format!("{outcome} (tick {})", field("tick"));
+        }
         // A run that held the key in shared mode (`--shared`), beside others.
         if e.get("mode").is_some() {
             outcome = format!("{outcome} ({})", field("mode"));

@@ -28,6 +28,7 @@ pub async fn run(nodes: &mut [RedisLock], key: &str, json: bool) -> Result<ExitC
         exit_code: None,
         duration: Duration::ZERO,
         completes_tick: false,
+        reopened: false,
     };
     let deleted = ask_all(nodes, async |node: &mut RedisLock| {
         node.force_release(key, HISTORY, &operator, &note).await

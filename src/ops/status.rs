@@ -146,6 +146,7 @@ fn document(key: &str, view: &Inspection, finished: Option<&Finished>) -> serde_
         "tick": view.tick.as_ref().map(|t| json!({
             "state": if t.done { "done" } else { "open" },
             "attempt": t.attempt,
+            "began_ms_ago": t.began.map(|d| d.as_millis() as u64),
             "ttl_ms": ttl_ms(t.left),
         })),
     })
@@ -221,8 +222,9 @@ fn text(key: &str, view: &Inspection, finished: Option<&Finished>) -> String {
         line(
             "tick:",
             format!(
-                "{state} (attempt {}{took_over}, {} left)",
+                "{state} (attempt {}{took_over}, began {} ago, {} left)",
                 t.attempt,
+                t.began.map_or("?".into(), rough),
                 left(t.left)
             ),
         );

@@ -777,3 +777,43 @@ fn a_tick_survives_its_host_and_a_standby_dying() {
     );
     drop((a, b));
 }
+
+/// The server loses the tick's keys while a standby stands by (as a restart without
+/// persistence does): the holder stops its job (76), the standby opens the tick again, says so
+/// in one WARN line, and `history` marks that run; `status` shows when the tick began.
+#[test]
+fn a_tick_whose_record_the_server_lost_is_reopened_and_marked() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = host(&redis, dir.path(), "a", "1m", "2s", "sleep 60");
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "2s", "true");
+    standing_by(&[&b]);
+    let status = tick_status(&redis);
+    assert!(
+        status.starts_with("tick:     under way (attempt 1, began ") && status.ends_with(" left)"),
+        "{status}"
+    );
+    let keys: Vec<String> = redis.cmd(&["KEYS", "*"]);
+    let mut del = vec!["DEL"];
+    del.extend(keys.iter().map(String::as_str));
+    let _: i64 = redis.cmd(&del);
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(76), "{err}");
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("the server lost the record of this tick while this host stood by for it"),
+        "{err}"
+    );
+    let reopened: Vec<_> = tick_history(&redis)
+        .into_iter()
+        .filter(|r| r["tick"] == "reopened")
+        .collect();
+    assert_eq!(reopened.len(), 1, "{:?}", tick_history(&redis));
+    assert_eq!(reopened[0]["outcome"], "ran");
+    let mut cmd = Lockrun::on(&redis);
+    cmd.args(["history", "tick"]);
+    let table = stdout_of(&run(cmd));
+    assert!(table.contains("ran (tick reopened)"), "{table}");
+}

@@ -59,24 +59,31 @@ pub struct TickView {
     pub done: bool,
     /// Attempts at it so far (2 or more: taken over).
     pub attempt: u32,
+    /// How long ago the tick began by the schedule (when the hosts fired), on the server's
+    /// clock; `None` when that clock was not read.
+    pub began: Option<Duration>,
     /// Until the tick ends.
     pub left: Option<Duration>,
 }
 
 impl TickView {
-    /// `<open|done> <start ms> <attempt> <holder>`; anything else is no tick record.
-    pub fn parse(record: &str, left: Option<Duration>) -> Option<TickView> {
+    /// `<open|done> <start ms> <attempt> <holder>`, read at `now_ms` on the server's clock;
+    /// anything else is no tick record.
+    pub fn parse(record: &str, left: Option<Duration>, now_ms: Option<u64>) -> Option<TickView> {
         let mut words = record.split(' ');
         let done = match words.next()? {
             "open" => false,
             "done" => true,
             _ => return None,
         };
-        let _start = words.next()?;
+        let start: u64 = words.next()?.parse().ok()?;
         let attempt = words.next()?.parse().ok()?;
         Some(TickView {
             done,
             attempt,
+            began: now_ms
+                .and_then(|now| now.checked_sub(start))
+                .map(Duration::from_millis),
             left,
         })
     }
@@ -112,7 +119,11 @@ pub fn decode(reply: Value) -> Result<Inspection, Value> {
         waiters: count(2).unwrap_or(0),
         next: (!next.is_empty()).then(|| (next, Duration::from_millis(count(4).unwrap_or(0)))),
         holders,
-        tick: TickView::parse(&text(6), count(7).map(Duration::from_millis)),
+        tick: TickView::parse(
+            &text(6),
+            count(7).map(Duration::from_millis),
+            text(5).parse::<u64>().ok().map(|us| us / 1000),
+        ),
     })
 }
 
@@ -173,7 +184,8 @@ mod tests {
     #[test]
     fn a_tick_record_reads_as_its_state_and_attempt() {
         let mut items = head("string", "7", 0, "");
-        items[6] = bulk("open 1700000000000 2 abc host=h pid=1");
+        let start_ms = NOW_US / 1000 - 12_000;
+        items[6] = bulk(&format!("open {start_ms} 2 abc host=h pid=1"));
         items[7] = Value::Int(30_000);
         items.extend([bulk("abc host=h"), Value::Int(900)]);
         let got = decode(array(items)).unwrap();
@@ -182,6 +194,7 @@ mod tests {
             Some(TickView {
                 done: false,
                 attempt: 2,
+                began: Some(Duration::from_secs(12)),
                 left: Some(Duration::from_secs(30)),
             })
         );
