@@ -28,7 +28,7 @@ BIN = os.environ.get("BENCH_LOCKRUN") or BIN_DYNAMIC
 # shipping a static-pie (run.sh builds it; the row is left out without it).
 BIN_FIXED = os.environ.get("BENCH_LOCKRUN_FIXED")
 # Any other lockrun to put side by side with the shipped one (a build of an older commit):
-# BENCH_BASELINE=/path/to/lockrun [BENCH_BASELINE_LABEL=...] bash tests/bench/run.sh overhead (or memory)
+# BENCH_BASELINE=/path/to/lockrun [BENCH_BASELINE_LABEL=...] bash tests/bench/run.sh overhead (or memory, or fleet)
 BASELINE = os.environ.get("BENCH_BASELINE")
 BASELINE_LABEL = os.environ.get("BENCH_BASELINE_LABEL", "baseline")
 WRAPPER = os.path.join(ROOT, "tests", "bench", "peers", "wrapper.py")
@@ -469,6 +469,110 @@ def waiting(redis, tmp):
     print(WAITING_NOTES)
 
 
+class Sampler:
+    """One connection of our own on the server's unix socket, for `INFO` while a fleet runs
+    (a redis-cli per sample would add a connection and a process each time)."""
+
+    def __init__(self, sock):
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(sock)
+        self.f = self.s.makefile("rb")
+
+    def info(self, section):
+        self.s.sendall(f"INFO {section}\r\n".encode())
+        size = int(self.f.readline()[1:])
+        body = self.f.read(size + 2).decode()
+        return dict(line.split(":", 1) for line in body.splitlines() if ":" in line and not line.startswith("#"))
+
+    def cpu(self):
+        """The server's CPU so far, user + sys, in seconds."""
+        info = self.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def close(self):
+        self.f.close()
+        self.s.close()
+
+
+# The fleet's line: a period that holds the job and its hosts' exits, the lease of the standby test
+# (tests/cases/standby_fleet.rs), a job of 6 s.
+FLEET_EVERY, FLEET_TTL, FLEET_JOB_S = "20s", "3s", 6
+
+
+def fleet_tick(redis, binary, hosts, standby, key, tmp, firing):
+    """One tick: `hosts` lockruns with the same line fired over `firing` seconds (host i at
+    i/hosts of it), as the cron daemons of as many hosts fire; returns the tick's figures."""
+    ran = os.path.join(tmp, key + ".ran")
+    argv = [binary, "-q", "-E", "0", "-r", redis.unix, "--every", FLEET_EVERY, "--ttl", FLEET_TTL,
+            *(["--standby"] if standby else []), key, "--", "sh", "-c",
+            f"echo ran >> '{ran}'; exec sleep {FLEET_JOB_S}"]
+    sampler = Sampler(redis.sock)
+    calls0 = redis.commandstats()
+    cpu0 = sampler.cpu()
+    procs = []
+    t0 = time.monotonic()
+    for i in range(hosts):
+        wait = t0 + firing * i / hosts - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        procs.append(subprocess.Popen(argv, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    fired = time.monotonic()
+    # Held connections: from a second after the last host fired (it is starting, connecting, or on
+    # its way out) until every lockrun is gone; the sampler's own left out.
+    peak = 0
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() >= fired + 1:
+            peak = max(peak, int(sampler.info("clients")["connected_clients"]) - 1)
+        time.sleep(0.05)
+    gone = time.monotonic()
+    cpu1 = sampler.cpu()
+    sampler.close()
+    d = delta(calls0, redis.commandstats(), TOP_LEVEL - {"info"})
+    runs = len(open(ran).read().splitlines()) if os.path.exists(ran) else 0
+    return {"fired": fired - t0, "requests": sum(d.values()), "by": d, "peak": peak,
+            "cpu": cpu1 - cpu0, "runs": runs, "gone": gone - t0,
+            "codes": sorted({p.returncode for p in procs})}
+
+
+def fleet(redis, tmp):
+    """N hosts on one healthy tick, with and without `--standby`: what the server is asked for,
+    per tick. `BENCH_BASELINE` puts another build's rows beside this one's (a build of another
+    commit, e.g. before a protocol change)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    builds = [("this build", BIN)] + ([(BASELINE_LABEL, BASELINE)] if BASELINE else [])
+    # What the server uses idle over a job's time, sampled as during a tick: the floor of the CPU
+    # column.
+    sampler = Sampler(redis.sock)
+    cpu0 = sampler.cpu()
+    stop = time.monotonic() + FLEET_JOB_S
+    while time.monotonic() < stop:
+        sampler.info("clients")
+        time.sleep(0.05)
+    idle = sampler.cpu() - cpu0
+    sampler.close()
+    print(f"\n### Fleet: N hosts on one tick, `lockrun -q -E 0 --every {FLEET_EVERY} --ttl {FLEET_TTL} "
+          f"[--standby] KEY -- <{FLEET_JOB_S} s job>`\n")
+    print("| build | hosts | `--standby` | fired over s | requests per tick | per host | "
+          "peak connections mid-job | server CPU per tick ms | job runs | last exit s | exit codes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, binary in builds:
+        # The scripts loaded first, as a fleet's earlier ticks load them: a fresh server's NOSCRIPT
+        # and EVAL are not what a tick costs.
+        for standby in (False, True):
+            fleet_tick(redis, binary, 3, standby, f"fleet-warm-{label}-{standby}", tmp, 0.2)
+        for hosts in (10, 100, 1000):
+            for standby in (False, True):
+                key = f"fleet-{label}-{hosts}-{'standby' if standby else 'plain'}"
+                r = fleet_tick(redis, binary, hosts, standby, key, tmp, 2.0 if hosts >= 1000 else 1.0)
+                by = ", ".join(f"{v:g} {k.upper()}" for k, v in sorted(r["by"].items()))
+                print(f"| {label} | {hosts} | {'yes' if standby else 'no'} | {r['fired']:.2f} | {r['requests']} ({by}) "
+                      f"| {r['requests'] / hosts:.2f} | {r['peak']} | {r['cpu'] * 1000:.0f} | {r['runs']} "
+                      f"| {r['gone']:.1f} | {r['codes']} |")
+    print(FLEET_NOTES.format(idle=idle * 1000, job=FLEET_JOB_S))
+
+
 def cost_contenders(port):
     tcp = f"redis://127.0.0.1:{port}"
     return {
@@ -572,6 +676,17 @@ start to its acquire; "4 + mean whole seconds waited" is what the law in
 [Contention](#contention) predicts for the runs of the window."""
 
 
+FLEET_NOTES = """
+One healthy tick per row: the hosts fire over 1 s (2 s for 1,000, so that starting them does not
+swamp a 2-core machine), host i at i/N of it, as the cron daemons of N hosts fire, each a lockrun
+process with its own connections. Requests: the commands the clients sent (`INFO commandstats`),
+from the first host's start to the last one's exit; the scripts were loaded by a warm-up tick
+first. Peak connections: `connected_clients` less the sampler's, every 50 ms from 1 s after the
+last host fired until every lockrun was gone. Server CPU: `used_cpu_user` + `used_cpu_sys` over
+the same time, the sampler's `INFO` included: the same server idle for {job} s, sampled alike,
+used {idle:.0f} ms. "Last exit": from the first host's start."""
+
+
 OVERHEAD_NOTES = """
 "lockrun" rows: the shipped binary (static-pie glibc, `packaging/build-static.sh`); "dynamically
 linked": `cargo build --release`; "fixed address": the same static build with
@@ -585,7 +700,7 @@ into the page cache by being written (right after a build, as here) starts faste
 back from disk (after a package install and a reboot)."""
 
 
-PARTS = ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "waiting", "topologies"]
+PARTS = ["overhead", "servercost", "roundtrips", "memory", "scale", "contention", "waiting", "topologies", "fleet"]
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 
 

@@ -4,12 +4,14 @@
 #
 #   bash tests/bench/run.sh            # everything: writes docs/benchmarks.md (~15 min)
 #   bash tests/bench/run.sh overhead   # one part, its table on stdout: overhead | servercost |
-#                                      # roundtrips | memory | scale | contention | waiting | topologies
+#                                      # roundtrips | memory | scale | contention | waiting |
+#                                      # topologies | fleet
 #   bash tests/bench/run.sh --update waiting
 #                                      # one part measured again into docs/benchmarks.md, in
 #                                      # place of its old tables (which say when they were measured)
 #   BENCH_BASELINE=/path/to/other/lockrun bash tests/bench/run.sh overhead
-#                                      # another build side by side with this one
+#                                      # another build side by side with this one (overhead,
+#                                      # memory, fleet)
 #
 # Installs what the parts asked for need when missing: redis-server, hyperfine, GNU time, etcd,
 # valgrind (Debian packages) and redis-py, python-redis-lock, pottery (into a virtualenv under

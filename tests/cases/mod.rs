@@ -39,6 +39,7 @@ mod server_refusals;
 mod shared;
 mod source_layout;
 mod standby;
+mod standby_fleet;
 mod stop_races;
 pub(crate) mod supervision;
 mod tick_faults;

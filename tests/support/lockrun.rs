@@ -84,8 +84,17 @@ impl From<Lockrun> for Command {
 
 /// `lockrun history --json KEY` on `server`: the key's runs, newest first (it must exit 0).
 pub fn history(server: &Server, key: &str) -> Vec<serde_json::Value> {
+    history_of(server, key, &[])
+}
+
+/// [`history`], its last `count` runs (`-n`) rather than the default 20.
+pub fn history_n(server: &Server, key: &str, count: usize) -> Vec<serde_json::Value> {
+    history_of(server, key, &["-n", &count.to_string()])
+}
+
+fn history_of(server: &Server, key: &str, more: &[&str]) -> Vec<serde_json::Value> {
     let mut cmd = Lockrun::on(server);
-    cmd.args(["history", "--json", key]);
+    cmd.args(["history", "--json"]).args(more).arg(key);
     let out = super::run(cmd);
     assert_eq!(out.status.code(), Some(0), "{}", super::stderr_of(&out));
     let runs: serde_json::Value = serde_json::from_str(&super::stdout_of(&out)).unwrap();

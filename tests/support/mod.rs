@@ -13,6 +13,7 @@ pub mod cron;
 pub mod cron_standby;
 pub mod doc_blocks;
 pub mod fake;
+pub mod fleet;
 pub mod ha;
 pub mod lockrun;
 pub mod monitor;
