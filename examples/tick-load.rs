@@ -228,7 +228,7 @@ fn main() {
     let (peak_tx, peak_rx) = std::sync::mpsc::channel();
     let sampler = {
         let url = o.url.clone();
-        let from = o.fire_over + Duration::from_millis(500);
+        let from = o.fire_over + Duration::from_secs(1);
         let until = o.fire_over + o.job;
         std::thread::spawn(move || {
             let mut con = redis::Client::open(url.as_str()).and_then(|c| c.get_connection());

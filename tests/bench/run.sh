@@ -57,6 +57,10 @@ if wants overhead memory "$asked"; then
   py=$venv/bin/python
 fi
 cargo build --release --locked
+# The fleet part's load generator, for fleets larger than this machine runs as processes.
+if wants fleet "$asked"; then
+  cargo build --release --locked --example tick-load >&2
+fi
 # The lockrun that ships: static-pie glibc (packaging/build-static.sh prints its path last).
 BENCH_LOCKRUN=$(bash packaging/build-static.sh | tail -n 1)
 export BENCH_LOCKRUN
