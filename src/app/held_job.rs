@@ -70,6 +70,7 @@ impl UnderLease<Backend, Signals> for HeldJob<'_> {
                 return Turn::Done {
                     course: Course::Failed(e.exit_code()),
                     keep: Duration::ZERO,
+                    lease_end: deadline.get(),
                 };
             }
         };
@@ -90,6 +91,8 @@ impl UnderLease<Backend, Signals> for HeldJob<'_> {
                 key_gone: false,
             },
             keep: self.hold.saturating_sub(lease.confirmed_at.elapsed()),
+            // As the last confirmed renewal left it: the watchdog stopped with the job.
+            lease_end: deadline.get(),
         }
     }
 }

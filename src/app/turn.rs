@@ -11,6 +11,7 @@ use crate::lock::{
 };
 use crate::report::Report;
 use crate::signals::{self, Incoming};
+use crate::watchdog::Deadline;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
@@ -34,8 +35,14 @@ async fn wait_for_stop<S: Incoming>(signals: &mut S) -> i32 {
 /// What holding the lock came to, once the job's part is over.
 #[derive(Debug)]
 pub(super) enum Turn {
-    /// End as `course` has it (the job ran, or why it did not), keeping the key `keep` longer.
-    Done { course: Course, keep: Duration },
+    /// End as `course` has it (the job ran, or why it did not), keeping the key `keep` longer;
+    /// the lease lasts until `lease_end` (its local deadline), and the release is retried
+    /// until then.
+    Done {
+        course: Course,
+        keep: Duration,
+        lease_end: Instant,
+    },
     /// The lease expired before the command could start (lockrun was delayed): not started.
     Expired,
 }
@@ -101,25 +108,30 @@ where
                 Turn::Done {
                     course: Course::Aborted(sig),
                     keep: Duration::ZERO,
+                    lease_end: unrenewed_end(lock, spec, &lease),
                 }
             }
             None => job.run(lock, stops, &lease, report).await,
         };
-        let (ending, keep) = match turn {
-            Turn::Done { course, keep } => (Some(decide(course)), keep),
+        let (ending, keep, lease_end) = match turn {
+            Turn::Done {
+                course,
+                keep,
+                lease_end,
+            } => (Some(decide(course)), keep, lease_end),
             Turn::Expired => {
                 warn!(key = %spec.key, "redis lock lease expired before the command could start (lockrun was delayed); not starting it");
                 // Given back and taken again while the wait goes on (its history entry is the
                 // run's, written when it ends); else the run is skipped.
                 let skipped = (!waiter.goes_on()).then(|| decide(waiter.skipped(true)));
-                (skipped, Duration::ZERO)
+                (skipped, Duration::ZERO, unrenewed_end(lock, spec, &lease))
             }
         };
         let note = ending.map(|ending| Note {
             reopened,
             ..waiter.note(&ending)
         });
-        let released = release(lock, spec, &lease, keep, note.as_ref()).await;
+        let released = release(lock, spec, &lease, keep, lease_end, note.as_ref()).await;
         report.held_for(acquired_at.elapsed());
         let Some(ending) = ending else { continue };
         if released == Released::Gone {
@@ -130,6 +142,12 @@ where
         }
         return ending;
     }
+}
+
+/// The local deadline of `lease` as its acquire left it (no renewal since): see
+/// [`Deadline`].
+fn unrenewed_end<L: LockService>(lock: &L, spec: &LockSpec, lease: &Lease) -> Instant {
+    Deadline::new(lease, spec.ttl, lock.drift(spec.ttl), Duration::ZERO).get()
 }
 
 /// What a release found.
@@ -487,29 +505,53 @@ fn next_look(pttl: Option<Duration>, rank: Option<u64>, standby: Option<Duration
     }
 }
 
-/// Token-checked release; a failure is logged, not fatal: the TTL frees the key.
+/// The first pause between the tries of a release whose outcome was unknown; each pause
+/// doubles, up to [`RELEASE_PAUSE_MAX`].
+const RELEASE_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two tries of a release: an outage of a few seconds (a failover)
+/// is seen over within this of its end, and a long lease is not hammered for its whole rest.
+const RELEASE_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// Token-checked release; a failure is logged, not fatal: the TTL frees the key. `keep`: how
+/// much longer the key stays (the hold), counted from now; `lease_end`: the lease's local
+/// deadline, until which a release whose outcome is unknown is tried again.
 async fn release<L: LockService>(
     lock: &mut L,
     spec: &LockSpec,
     lease: &Lease,
     keep: Duration,
+    lease_end: Instant,
     note: Option<&Note>,
 ) -> Released {
     debug!(key = %spec.key, "releasing redis lock");
-    let mut result = lock.release(spec, lease, keep, note).await;
-    let mut retried = false;
-    // Two retries, each on a fresh connection: release is safe to repeat (token-checked). Two,
-    // because a failover can close a new connection again: seen here after a Sentinel failover
-    // on Valkey, where two attempts in a row met "broken pipe" and the key was left to expire.
-    // The history entry goes along again: the first may not have been written (a reader of
-    // the history drops an entry repeated by the same run).
-    for _ in 0..2 {
-        if !result.as_ref().is_err_and(LockError::is_outage) {
+    let first = Instant::now();
+    // The hold ends at one moment: a later try keeps the key only for what is left of it.
+    let hold_end = first + keep;
+    let keep = || hold_end.saturating_duration_since(Instant::now());
+    let mut result = lock.release(spec, lease, keep(), note).await;
+    let (mut tries, mut pause) = (1u32, RELEASE_PAUSE);
+    // While the outcome is unknown (an outage: a failover, a server stalled or restarting),
+    // tried again after a growing pause, each time on a fresh connection (a failed request
+    // drops its connection), until the lease's local deadline: until then the key is still
+    // ours, and a tick released late is not run again by a standby. Safe to repeat (token-
+    // checked). The history entry goes along again: the first may not have been written (a
+    // reader of the history drops an entry repeated by the same run). Past the deadline the
+    // key may be gone or another holder's: the TTL ends it.
+    let mut out_of_lease = false;
+    while result.as_ref().is_err_and(LockError::is_outage) {
+        let next = Instant::now() + pause;
+        if next >= lease_end {
+            out_of_lease = true;
             break;
         }
-        retried = true;
-        result = lock.release(spec, lease, keep, note).await;
+        debug!(key = %spec.key, pause = %Human(pause), "redis lock release failed; trying again");
+        tokio::time::sleep_until(next).await;
+        pause = (pause * 2).min(RELEASE_PAUSE_MAX);
+        tries += 1;
+        result = lock.release(spec, lease, keep(), note).await;
     }
+    let retried = tries > 1;
     match result {
         // The first attempt's outcome was unknown; most likely it did delete the key and only
         // its reply was lost. Not a stolen lock: say what is known.
@@ -526,6 +568,10 @@ async fn release<L: LockService>(
         }
         Ok(Release::NotOwner) => {
             warn!(key = %spec.key, "redis lock was no longer ours at release; nothing deleted")
+        }
+        Err(e) if out_of_lease && retried => {
+            warn!(key = %spec.key, error = %e, tries, retried_for = %Human(first.elapsed()),
+                  "redis lock release failed until its lease ran out; the key will expire by its TTL")
         }
         Err(e) => {
             warn!(key = %spec.key, error = %e, "redis lock release failed; the key will expire by its TTL")
@@ -610,6 +656,8 @@ mod tests {
         codes: Vec<Option<i32>>,
         /// Whether each release's entry completed its tick (`--standby`).
         completes: Vec<bool>,
+        /// When each release was sent.
+        released_at: Vec<Instant>,
     }
 
     fn outcome(note: Option<&Note>) -> &'static str {
@@ -682,6 +730,7 @@ mod tests {
             note: Option<&Note>,
         ) -> Result<Release, LockError> {
             self.calls.push(format!("release:{}", outcome(note)));
+            self.released_at.push(Instant::now());
             self.completes.extend(note.map(|n| n.completes_tick));
             self.codes.extend(note.map(|n| n.exit_code));
             self.keeps.push(keep);
@@ -768,6 +817,7 @@ mod tests {
             self.0.borrow_mut().pop_front().unwrap_or(Turn::Done {
                 course: exited(0),
                 keep: Duration::ZERO,
+                lease_end: Instant::now() + SECS(30),
             })
         }
     }
@@ -862,6 +912,7 @@ mod tests {
         let turns = vec![Turn::Done {
             course: exited(0),
             keep: SECS(50),
+            lease_end: Instant::now() + SECS(30),
         }];
         run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
         assert_eq!(lock.keeps, [SECS(50)]);
@@ -985,6 +1036,7 @@ mod tests {
             let turns = vec![Turn::Done {
                 course,
                 keep: Duration::ZERO,
+                lease_end: Instant::now() + SECS(30),
             }];
             let ran = standby(&mut lock, turns).await;
             assert_eq!(ran.report.record().attempt, Some(2));
@@ -1215,24 +1267,70 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_release_is_retried_twice_on_an_outage_then_left_to_the_ttl() {
+    async fn a_release_that_fails_but_not_for_an_outage_is_tried_once() {
         let mut lock = fake(vec![Answer::Acquired(1)]);
-        lock.releases =
-            VecDeque::from([Err(outage as fn() -> LockError), Err(outage), Err(outage)]);
+        lock.releases = VecDeque::from([Err(misuse as fn() -> LockError)]);
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
         // The job's code stands; the key expires by its TTL.
         assert_eq!(ran.code, ExitCode::Command(0));
-        assert_eq!(
-            lock.calls,
-            [
-                "acquire",
-                "start",
-                "release:ran",
-                "release:ran",
-                "release:ran"
-            ]
-        );
+        assert_eq!(lock.calls, ["acquire", "start", "release:ran"]);
         assert!(!ran.ending.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_is_retried_through_an_outage_with_growing_pauses_until_it_lands() {
+        // Redis unreachable for a few seconds as the job ends (a failover): the release lands
+        // once it is over, and the tick is recorded completed.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = (0..6).map(|_| Err(outage as fn() -> LockError)).collect();
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert_eq!(lock.released_at.len(), 7, "{:?}", lock.calls);
+        assert!(lock.calls[2..].iter().all(|c| c == "release:ran"));
+        let pauses: Vec<Duration> = lock.released_at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(pauses[0] <= MS(100), "the first retry soon: {pauses:?}");
+        assert!(
+            pauses.windows(2).all(|p| p[1] > p[0]),
+            "growing: {pauses:?}"
+        );
+        assert!(ran.took < SECS(10), "{:?}", ran.took);
+        assert!(!ran.ending.lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_that_meets_an_outage_to_the_end_gives_up_at_the_leases_deadline() {
+        let began = Instant::now();
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = (0..1000)
+            .map(|_| Err(outage as fn() -> LockError))
+            .collect();
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        // The job's code stands; the key expires by its TTL.
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert!(!ran.ending.lost);
+        // The lease: the TTL (30 s) from the acquire, the job taking no time.
+        let tries = &lock.released_at;
+        let last = *tries.last().unwrap() - began;
+        assert!(last > SECS(20) && last < SECS(30), "{last:?}");
+        assert!(ran.took <= SECS(30), "{:?}", ran.took);
+        assert!(tries.len() < 30, "{} tries in 30 s", tries.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_a_retried_release_keeps_is_cut_by_the_time_spent_retrying() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = (0..4).map(|_| Err(outage as fn() -> LockError)).collect();
+        let turns = vec![Turn::Done {
+            course: exited(0),
+            keep: SECS(50),
+            lease_end: Instant::now() + SECS(30),
+        }];
+        run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
+        assert_eq!(lock.keeps.len(), 5, "{:?}", lock.calls);
+        let first = lock.released_at[0];
+        for (keep, at) in lock.keeps.iter().zip(&lock.released_at) {
+            assert_eq!(*keep + (*at - first), SECS(50), "{:?}", lock.keeps);
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -1265,7 +1363,16 @@ mod tests {
             completes_tick: false,
             reopened: false,
         };
-        release(&mut lock, &spec, &lease, Duration::ZERO, Some(&note)).await
+        let lease_end = Instant::now() + SECS(30);
+        release(
+            &mut lock,
+            &spec,
+            &lease,
+            Duration::ZERO,
+            lease_end,
+            Some(&note),
+        )
+        .await
     }
 
     #[tokio::test(start_paused = true)]
@@ -1327,6 +1434,7 @@ mod tests {
         let turns = vec![Turn::Done {
             course: Course::Failed(ExitCode::NotFound),
             keep: Duration::ZERO,
+            lease_end: Instant::now() + SECS(30),
         }];
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
         assert_eq!(ran.code, ExitCode::NotFound);
@@ -1341,6 +1449,7 @@ mod tests {
         let turns = vec![Turn::Done {
             course: exited(3),
             keep: Duration::ZERO,
+            lease_end: Instant::now() + SECS(30),
         }];
         run(&mut lock, ONCE, &mut FakeStops::default(), turns).await;
         assert_eq!(lock.codes, [Some(3)]);

@@ -99,12 +99,21 @@ impl Wake {
             }
             Wake::Sharded { rx, .. } => loop {
                 let push = rx.recv().await?;
-                // Subscribe confirmations and disconnection notices are not hints (the
-                // Cluster connection resubscribes by itself after a reconnect).
-                if push.kind == PushKind::SMessage {
-                    if let Some(Value::BulkString(payload)) = push.data.get(1) {
-                        return Some(payload.clone());
+                match push.kind {
+                    PushKind::SMessage => {
+                        if let Some(Value::BulkString(payload)) = push.data.get(1) {
+                            return Some(payload.clone());
+                        }
                     }
+                    // A node's connection lost (the shard's master died), or the shard's
+                    // channels dropped by a node that no longer serves their slot (a
+                    // failover, a migration): the Cluster connection would subscribe again
+                    // only on the node its old slot map names, which it refreshes only when a
+                    // request of its own meets a MOVED. The subscription counts as dead: a
+                    // new one reads the slot map afresh.
+                    PushKind::Disconnection | PushKind::SUnsubscribe => return None,
+                    // The subscription's confirmation.
+                    _ => {}
                 }
             },
         }

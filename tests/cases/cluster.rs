@@ -4,6 +4,7 @@
 
 use crate::support::*;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// What a finished run leaves behind on purpose: the fencing counter and the run history.
 fn bookkeeping(key: &str) -> bool {
@@ -558,4 +559,78 @@ fn cluster_standby_hands_a_tick_on_within_the_locks_slot() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("running it here"), "{err}");
     assert_eq!(lines(&ran), ["a", "b"]);
+}
+
+/// A standby's wake-ups survive a failover of the lock's shard: after it, a killed job's
+/// hand-on reaches the standby at once (its subscription made again where the slot now
+/// lives), not at its next look a second later. `failover` fails the shard of `key` over.
+fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, failover: impl FnOnce()) {
+    let seeds = cluster.seeds();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let host = |name: &str, rest: &str| {
+        let mut cmd = via(&seeds);
+        let pid = dir.path().join(format!("{name}.pid"));
+        let job = format!(
+            "echo {name} >> '{}'; echo $$ > '{}'; {rest}",
+            ran.display(),
+            pid.display()
+        );
+        cmd.args(["-v", "--standby", "-E", "0", "--every", "1m", key, "--"])
+            .args(["sh", "-c", &job]);
+        cmd.background(dir.path(), name)
+    };
+    let a = host("a", "sleep 60");
+    let pid = dir.path().join("a.pid");
+    wait_for_file(&pid);
+    eventually("a's pid", || !lines(&pid).is_empty());
+    let job: u32 = lines(&pid)[0].parse().unwrap();
+    let b = host("b", "true");
+    eventually("b stands by", || {
+        b.stderr().contains("standing by for the rest of this tick")
+    });
+    failover();
+    // Each of b's looks that finds the tick under way says so (a debug line), a second apart.
+    let looks = || b.stderr().matches("DEBUG waiting for the lock").count();
+    let n = looks();
+    eventually("b looks twice after the failover", || looks() >= n + 2);
+    // Right after one of b's looks, its next a second away: only a hint can wake it sooner.
+    let n = looks();
+    eventually("one more look", || looks() > n);
+    let killed = Instant::now();
+    kill(job, libc::SIGKILL);
+    eventually("b runs the tick", || lines(&ran).len() == 2);
+    let took = killed.elapsed();
+    assert_eq!(a.finish().0, Some(137));
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("running it here"), "{err}");
+    assert_eq!(lines(&ran), ["a", "b"]);
+    assert!(
+        took < Duration::from_millis(300),
+        "the hand-on reached b {took:?} after the kill: {err}"
+    );
+}
+
+#[test]
+fn cluster_standby_hears_a_hand_on_after_a_manual_failover() {
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "tick-{manual}";
+    standby_hears_a_hand_on_after(&cluster, key, || {
+        cluster.failover_shard_of(key);
+    });
+}
+
+#[test]
+fn cluster_standby_hears_a_hand_on_after_its_master_died() {
+    let cluster = Cluster::start_with_replicas(3, 1);
+    let key = "tick-{died}";
+    standby_hears_a_hand_on_after(&cluster, key, || {
+        let owner = cluster.owner_of(key);
+        let replica = cluster.replica_of(key);
+        // The tick's record and the lock on the replica before its master dies.
+        assert_eq!(owner.cli(&["WAIT", "1", "2000"]), "1");
+        owner.signal(libc::SIGKILL);
+        replica.wait_until("promoted by the cluster", Server::is_master);
+    });
 }

@@ -493,6 +493,39 @@ fn a_frozen_host_loses_its_tick_to_a_standby() {
     assert_eq!(outcomes, ["lost Some(1)", "ran Some(2)"]);
 }
 
+/// Redis stalled as the job ends (SIGSTOP for 2 s: a failover, a host frozen for a moment):
+/// the release is tried again until it lands, so the tick is recorded completed and the
+/// standby skips it instead of running it again once the lease ends.
+#[test]
+fn a_release_that_meets_a_stalled_redis_lands_once_it_answers() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    // TTL 8 s: the lease outlasts the stall. Each request gives up after 200 ms, so every try
+    // the release makes during the stall fails.
+    let more = ["--node-timeout", "200ms"];
+    let rest = wait_for_go(&go);
+    let mut a = host_with(&redis, dir.path(), "a", "1m", "8s", &rest, &more);
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host_with(&redis, dir.path(), "b", "1m", "8s", "true", &more);
+    standing_by(&[&b]);
+    redis.signal(libc::SIGSTOP);
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    redis.signal(libc::SIGCONT);
+    let (code, _, a_err) = a.finish();
+    assert_eq!(code, Some(0), "{a_err}");
+    assert!(a_err.contains("redis lock released"), "{a_err}");
+    let (code, _, err) = b.finish();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("this tick completed on another host; skipping"),
+        "b: {err}\na: {a_err}"
+    );
+    let hosts: Vec<String> = runs(dir.path()).into_iter().map(|r| r.0).collect();
+    assert_eq!(hosts, ["a"], "the tick ran once");
+}
+
 /// `--spread`: hosts that fire in the same order every tick (the fastest clock first) take
 /// turns running the ticks, and each tick still runs once. Without it the first host runs them
 /// all.

@@ -46,7 +46,10 @@ impl LockService for RedisLock {
             .connector
             .subscribe(&channel, self.router.link.primary());
         match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(wake)) => self.router.wake = Some(wake),
+            Ok(Ok(wake)) => {
+                self.router.wake = Some(wake);
+                self.router.subscribed_at = Instant::now();
+            }
             Ok(Err(fail)) => return Err(self.failed_connect(fail)),
             Err(_) => return Err(self.timed_out("no SUBSCRIBE reply")),
         }
@@ -213,27 +216,33 @@ impl LockService for RedisLock {
         let Some(wake) = self.router.wake.as_mut() else {
             return tokio::time::sleep(max).await;
         };
+        let until = Instant::now() + max;
         let id = holder.id.as_bytes();
-        let mut dead = false;
         let ours = async {
             // Hints name the waiter whose turn it is (by public id); the others sleep on.
             while let Some(payload) = wake.next().await {
                 if payload == id {
-                    return;
+                    return true;
                 }
             }
-            // The subscription died: fall back to sleeping (the caller's bound still holds,
-            // and the ticket renewal doubles as a poll).
-            dead = true;
-            std::future::pending::<()>().await
+            false
         };
-        let _ = tokio::time::timeout(max, ours).await;
-        if dead {
-            // Subscribe again before the next attempt (see `subscribe_wakeups`).
+        if let Ok(false) = tokio::time::timeout_at(until, ours).await {
+            // The subscription died (its connection lost, its shard failed over): a hint
+            // sent now would be lost. The waiter looks again and subscribes again (see
+            // `subscribe_wakeups`) rather than sleeping out the look interval; a subscription
+            // that dies as soon as it is made is not made again sooner than `RESUBSCRIBE`
+            // after the last one.
             self.router.wake = None;
+            let again = self.router.subscribed_at + RESUBSCRIBE;
+            tokio::time::sleep_until(again.min(until)).await;
         }
     }
 }
+
+/// The shortest time between two subscriptions to release hints, for a server that takes
+/// each and drops it at once: at most a few a second, never a busy loop.
+const RESUBSCRIBE: Duration = Duration::from_millis(250);
 
 impl RedisLock {
     /// What the acquire script's reply says: `lease` (its fence still 0) when it granted

@@ -63,6 +63,8 @@ pub(super) struct Router<K: Primaries> {
     /// The subscription to release hints (made by `subscribe_wakeups` beside the connection);
     /// dropped on moving to another primary, so that the next one is made there.
     pub(super) wake: Option<K::Wake>,
+    /// When the last subscription was made (see `RedisLock::wait_for_turn`).
+    pub(super) subscribed_at: tokio::time::Instant,
     /// Bounds connecting and asking the sentinels: the request timeout.
     timeout: Duration,
 }
@@ -80,6 +82,7 @@ impl<K: Primaries> Router<K> {
             connector,
             link: Link::Disconnected,
             wake: None,
+            subscribed_at: tokio::time::Instant::now(),
             timeout,
         }
     }
