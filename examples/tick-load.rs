@@ -174,7 +174,10 @@ async fn host(o: Rc<Options>, fleet: Rc<Fleet>, delay: Duration) {
 
 /// The text of `INFO section` (empty when the server does not answer).
 fn info(con: &mut redis::Connection, section: &str) -> String {
-    redis::cmd("INFO").arg(section).query(con).unwrap_or_default()
+    redis::cmd("INFO")
+        .arg(section)
+        .query(con)
+        .unwrap_or_default()
 }
 
 fn requests(con: &mut redis::Connection) -> u64 {
@@ -247,8 +250,14 @@ fn main() {
     local.block_on(&rt, async {
         let mut tasks = Vec::new();
         for i in 0..o.hosts {
-            let delay = o.fire_over.mul_f64(f64::from(i) / f64::from(o.hosts.max(1)));
-            tasks.push(tokio::task::spawn_local(host(o.clone(), fleet.clone(), delay)));
+            let delay = o
+                .fire_over
+                .mul_f64(f64::from(i) / f64::from(o.hosts.max(1)));
+            tasks.push(tokio::task::spawn_local(host(
+                o.clone(),
+                fleet.clone(),
+                delay,
+            )));
         }
         for t in tasks {
             let _ = t.await;

@@ -131,7 +131,7 @@ where
             reopened,
             ..waiter.note(&ending)
         });
-        let released = release(lock, spec, &lease, keep, lease_end, note.as_ref()).await;
+        let released = release(lock, stops, spec, &lease, keep, lease_end, note.as_ref()).await;
         report.held_for(acquired_at.elapsed());
         let Some(ending) = ending else { continue };
         if released == Released::Gone {
@@ -516,8 +516,9 @@ const RELEASE_PAUSE_MAX: Duration = Duration::from_secs(5);
 /// Token-checked release; a failure is logged, not fatal: the TTL frees the key. `keep`: how
 /// much longer the key stays (the hold), counted from now; `lease_end`: the lease's local
 /// deadline, until which a release whose outcome is unknown is tried again.
-async fn release<L: LockService>(
+async fn release<L: LockService, S: Incoming>(
     lock: &mut L,
+    stops: &mut S,
     spec: &LockSpec,
     lease: &Lease,
     keep: Duration,
@@ -537,25 +538,45 @@ async fn release<L: LockService>(
     // ours, and a tick released late is not run again by a standby. Safe to repeat (token-
     // checked). The history entry goes along again: the first may not have been written (a
     // reader of the history drops an entry repeated by the same run). Past the deadline the
-    // key may be gone or another holder's: the TTL ends it.
-    let mut out_of_lease = false;
-    while result.as_ref().is_err_and(LockError::is_outage) {
+    // key may be gone or another holder's: the TTL ends it. A stop signal that comes while
+    // lockrun tries (the job has ended: one that stopped the job came before) ends the tries:
+    // whoever sent it wants lockrun gone now, and the TTL frees the key.
+    let (mut out_of_lease, mut stopped) = (false, None);
+    // Whether a failed try may have deleted the key (its reply lost): a retry that then finds
+    // the key not ours is no sign of a lost lock.
+    let mut may_have_landed = false;
+    while let Err(e) = &result {
+        if !e.is_outage() {
+            break;
+        }
+        may_have_landed |= e.may_have_run();
         let next = Instant::now() + pause;
         if next >= lease_end {
             out_of_lease = true;
             break;
         }
         debug!(key = %spec.key, pause = %Human(pause), "redis lock release failed; trying again");
-        tokio::time::sleep_until(next).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            sig = wait_for_stop(stops) => {
+                stopped = Some(sig);
+                break;
+            }
+        }
         pause = (pause * 2).min(RELEASE_PAUSE_MAX);
         tries += 1;
         result = lock.release(spec, lease, keep(), note).await;
     }
     let retried = tries > 1;
     match result {
-        // The first attempt's outcome was unknown; most likely it did delete the key and only
+        Err(e) if stopped.is_some() => {
+            let sig = stopped.map(signals::name).unwrap_or_default();
+            warn!(key = %spec.key, error = %e, tries, signal = %sig,
+                  "redis lock release given up on a stop signal; the key will expire by its TTL")
+        }
+        // An earlier try's outcome was unknown; most likely it did delete the key and only
         // its reply was lost. Not a stolen lock: say what is known.
-        Ok(Release::NotOwner) if retried => info!(key = %spec.key,
+        Ok(Release::NotOwner) if retried && may_have_landed => info!(key = %spec.key,
             "redis lock released (the first attempt's reply was lost; on retry the key was no longer ours: deleted by that attempt or expired)"),
         Ok(Release::Deleted) => info!(key = %spec.key, "redis lock released"),
         Ok(Release::Kept(d)) => {
@@ -602,6 +623,16 @@ mod tests {
     fn refusal() -> LockError {
         use crate::lock::failure::{Auth, Kind};
         LockError::on("redis://127.0.0.1:1", Kind::Auth(Auth::Wrong))
+    }
+    /// An outage under a request: it was sent, its outcome is unknown.
+    fn dropped() -> LockError {
+        use crate::lock::failure::{Cause, Kind, Trouble};
+        let cause = Cause::Server {
+            trouble: Trouble::Dropped,
+            words: "connection reset by peer".into(),
+            tls: false,
+        };
+        LockError::on("redis://127.0.0.1:1", Kind::Unavailable(cause))
     }
     fn misuse() -> LockError {
         use crate::lock::failure::Misuse;
@@ -1366,6 +1397,7 @@ mod tests {
         let lease_end = Instant::now() + SECS(30);
         release(
             &mut lock,
+            &mut FakeStops::default(),
             &spec,
             &lease,
             Duration::ZERO,
@@ -1378,12 +1410,42 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_key_not_ours_on_a_retried_release_is_not_a_lost_lock() {
         let mut lock = fake(vec![Answer::Acquired(1)]);
-        lock.releases = VecDeque::from([Err(outage as fn() -> LockError), Ok(Release::NotOwner)]);
+        lock.releases = VecDeque::from([Err(dropped as fn() -> LockError), Ok(Release::NotOwner)]);
         let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
         assert_eq!(ran.code, ExitCode::Command(0));
         // Most likely the first attempt deleted the key and only its reply was lost.
         assert!(!ran.ending.lost);
         assert_eq!(lock.calls.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_not_ours_after_tries_that_never_reached_the_server_is_a_lost_lock() {
+        // Every earlier try was refused its connection (a failover under way): none deleted
+        // the key, so a key not ours when one lands was lost while the job ran.
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = VecDeque::from([
+            Err(outage as fn() -> LockError),
+            Err(outage as fn() -> LockError),
+            Ok(Release::NotOwner),
+        ]);
+        let ran = run(&mut lock, ONCE, &mut FakeStops::default(), vec![]).await;
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert!(ran.ending.lost);
+        assert_eq!(ran.ending.outcome, Outcome::Lost);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_signal_while_a_release_is_retried_ends_the_tries() {
+        let mut lock = fake(vec![Answer::Acquired(1)]);
+        lock.releases = (0..1000)
+            .map(|_| Err(outage as fn() -> LockError))
+            .collect();
+        let mut stops = FakeStops::after(SECS(1), libc::SIGTERM);
+        let ran = run(&mut lock, ONCE, &mut stops, vec![]).await;
+        // The job's code stands; the key expires by its TTL.
+        assert_eq!(ran.code, ExitCode::Command(0));
+        assert!(ran.took >= SECS(1) && ran.took < MS(1100), "{:?}", ran.took);
+        assert!(lock.released_at.len() < 8, "{:?}", lock.calls);
     }
 
     #[tokio::test(start_paused = true)]

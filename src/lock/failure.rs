@@ -364,6 +364,23 @@ impl LockError {
         self.class() == Class::Outage
     }
 
+    /// Whether the request may have run on the server: it was sent, and no reply says it did
+    /// not (the connection broke under it, or no reply came in time). A refused connection, a
+    /// server that answered it cannot serve, or sentinels that named no primary: it did not.
+    pub fn may_have_run(&self) -> bool {
+        !matches!(
+            &self.kind,
+            Kind::Unavailable(
+                Cause::Server {
+                    trouble: Trouble::Connect | Trouble::Busy,
+                    ..
+                } | Cause::SentinelsSplit { .. }
+                    | Cause::SentinelsFailed { .. }
+                    | Cause::SentinelsSilent(_)
+            )
+        )
+    }
+
     /// Whether the server refused lockrun's configuration (password, ACL, a missing feature,
     /// not Redis): a configuration mistake, reported like an outage (69) but never retried,
     /// since waiting does not fix it.
