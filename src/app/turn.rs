@@ -318,8 +318,12 @@ impl<'a> Waiter<'a> {
                 Ok(Acquire::Acquired(lease)) => return Ok(lease),
                 Ok(Acquire::TickEnded { completed }) => {
                     let skipped = decide(self.skipped(false));
-                    let note = self.note(&skipped);
-                    self.leave(lock, Some(&note)).await;
+                    // A run that never stood by ends with its one request (the attempt recorded
+                    // the skip); a standby leaves the queue with its run's entry.
+                    if self.stood_by {
+                        let note = self.note(&skipped);
+                        self.leave(lock, Some(&note)).await;
+                    }
                     if completed {
                         info!(key = %spec.key, "this tick completed on another host; skipping");
                     } else {
@@ -999,6 +1003,17 @@ mod tests {
             assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
             assert!(ran.took < SECS(2), "{:?}", ran.took);
             assert_eq!(lock.calls.last().unwrap(), "leave:skipped");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_firing_after_the_tick_completed_skips_with_one_request() {
+        for completed in [true, false] {
+            let mut lock = fake(vec![Answer::TickEnded(completed)]);
+            let ran = standby(&mut lock, vec![]).await;
+            assert_eq!(ran.code, ExitCode::Conflict(CONFLICT));
+            // The attempt recorded the skip: nothing to leave.
+            assert_eq!(lock.calls, ["acquire"]);
         }
     }
 

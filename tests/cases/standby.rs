@@ -151,10 +151,28 @@ fn a_completed_tick_ends_every_standby_as_skipped() {
             ("skipped".into(), None)
         ]
     );
-    // A host firing late for the same tick finds it done at once.
+    // A host firing late for the same tick finds it done at once: one request, its skip
+    // recorded by it.
+    let requests = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
+    let before = requests();
     let late = host(&redis, dir.path(), "late", "1m", "10s", "true");
     let (code, _, err) = late.finish();
     assert_eq!(code, Some(0), "{err}");
+    let after = requests();
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [1, 0, 0],
+        "EVALSHA, EVAL, SUBSCRIBE"
+    );
+    assert_eq!(
+        tick_history(&redis).len(),
+        4,
+        "the late host's skip recorded once"
+    );
     assert_eq!(
         runs(dir.path()).len(),
         1,
@@ -849,4 +867,47 @@ fn a_tick_whose_record_the_server_lost_is_reopened_and_marked() {
     cmd.args(["history", "tick"]);
     let table = stdout_of(&run(cmd));
     assert!(table.contains("ran (tick reopened)"), "{table}");
+}
+
+/// A standby that died in one tick keeps its place in the queue until its ticket ends (its TTL
+/// and 3 s), which can be into the next tick: there it takes no place, and the next tick's
+/// hosts stand by as many as they should.
+#[test]
+fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
+    let redis = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let first = Instant::now();
+    let mut a = host(&redis, dir.path(), "a", "4s", "3s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "4s", "3s", "true");
+    let c = host(&redis, dir.path(), "c", "4s", "3s", "true");
+    standing_by(&[&b, &c]);
+    kill(c.pid(), libc::SIGKILL);
+    drop(c);
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(0));
+    assert_eq!(b.finish().0, Some(0));
+    // The next tick (the hold of --every 4s is 3 s), within c's ticket.
+    eventually("the first tick over", || {
+        !redis.exists("lockrun:tick:{tick}")
+    });
+    assert!(
+        first.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        first.elapsed()
+    );
+    let go2 = dir.path().join("go2");
+    let mut a2 = host(&redis, dir.path(), "a2", "4s", "3s", &wait_for_go(&go2));
+    a2.until("a2 holds the tick", || redis.exists("tick"));
+    let b2 = host(&redis, dir.path(), "b2", "4s", "3s", "true");
+    let c2 = host(&redis, dir.path(), "c2", "4s", "3s", "true");
+    standing_by(&[&b2, &c2]);
+    std::fs::write(&go2, "").unwrap();
+    assert_eq!(a2.finish().0, Some(0));
+    for h in [b2, c2] {
+        let (code, _, err) = h.finish();
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("this tick completed on another host"), "{err}");
+    }
 }

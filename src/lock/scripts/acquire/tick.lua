@@ -46,6 +46,13 @@ end
 -- clock in ms.
 local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
 if queued and (not tick or tonumber(queued) < tonumber(tick.start)) then return {2, 'over'} end
+
+-- The tick completed, or ended, elsewhere: the run ends. An attempt that never stood by ends
+-- with this one request, its skip recorded here; a standby leaves the queue with its own entry.
+local function ended(word)
+  if not queued then note_skipped(KEYS[5], 5) end
+  return {2, word}
+end
 -- Held, and this attempt not needed: its run ends here, one request, as without --standby.
 local function pass()
   note_skipped(KEYS[5], 5)
@@ -60,11 +67,11 @@ if not tick then
   -- outlasts the tick and makes the next one skip.
   local began = tonumber(ARGV[7]) or 0
   local left = tonumber(ARGV[6]) - began
-  if left <= 0 then return {2, 'over'} end
+  if left <= 0 then return ended('over') end
   redis.call('SET', KEYS[6], 'open ' .. string.format('%d', now - began) .. ' 1 ' .. ARGV[1], 'PX', left)
   return take(1)
 end
-if tick.state == 'done' then return {2, 'done'} end
+if tick.state == 'done' then return ended('done') end
 local ticket = tonumber(ARGV[4])
 if not current then
   -- The tick is not done and nobody holds it: the attempt under way ended without completing
@@ -87,7 +94,9 @@ if not current then
   return take(tick.attempt)
 end
 -- A standby that died leaves the queue when its ticket ends (pruned above): a later attempt
--- then stands by in its place.
-if not queued and redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[8]) then return pass() end
+-- then stands by in its place. Only this tick's standbys count: one of an earlier tick, dead
+-- before its ticket ended, stands by for nothing.
+local standbys = redis.call('ZCOUNT', KEYS[3], tick.start, '+inf')
+if not queued and standbys >= tonumber(ARGV[8]) then return pass() end
 enqueue(KEYS[3], KEYS[4], ARGV[3], now, ticket)
 return {0, redis.call('PTTL', KEYS[1]), current, rank(KEYS[3], ARGV[3]), redis.call('PTTL', KEYS[6])}

@@ -71,9 +71,11 @@ end
 local function enqueue(q, e, id, now, ticket)
   redis.call('ZADD', q, 'NX', now, id)
   redis.call('ZADD', e, now + ticket, id)
-  -- Every ticket ends within `ticket` ms from now, so the queue keys never outlive them.
-  redis.call('PEXPIRE', q, ticket)
-  redis.call('PEXPIRE', e, ticket)
+  -- The queue keys last as long as the longest ticket in them, never less: tickets differ in
+  -- length (a standby's lasts its TTL and more, a waiter's 3 s).
+  for _, k in ipairs({q, e}) do
+    if redis.call('PTTL', k) < ticket then redis.call('PEXPIRE', k, ticket) end
+  end
 end
 
 local function dequeue(q, e, id)
