@@ -296,8 +296,19 @@ pub fn target(url: &str, creds: &Credentials) -> Result<Target, String> {
         );
     }
     // Nagle would hold back a request written while an earlier one is unacknowledged;
-    // every request here is latency-bound.
-    let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+    // every request here is latency-bound. Keepalive probes after 10 s of silence (three, 5 s
+    // apart): a connection that only listens (a waiter's or a standby's wake-up subscription,
+    // for the whole job) then learns within about 25 s that its server is gone without a word
+    // (a host lost, a NAT that forgot it) and subscribes again, and a NAT or load balancer that
+    // drops idle connections sees traffic; without them such a subscription would wait, deaf,
+    // for its next look.
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(10))
+        .with_interval(std::time::Duration::from_secs(5))
+        .with_retries(3);
+    let tcp = redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
     let info = info.set_redis_settings(settings).set_tcp_settings(tcp);
     Ok(Target {
         info,

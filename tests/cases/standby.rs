@@ -6,6 +6,7 @@
 
 use crate::support::*;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A host of the fleet: `lockrun --standby -E 0 --every <every> KEY -- sh -c <job>`, its job
@@ -910,4 +911,35 @@ fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
         assert_eq!(code, Some(0), "{err}");
         assert!(err.contains("this tick completed on another host"), "{err}");
     }
+}
+
+/// A standby's connections, its wake-up subscription among them, probe a silent server (TCP
+/// keepalive): a subscription that only listens for the whole job learns that its server is
+/// gone without a word, and a NAT that drops idle connections sees traffic.
+#[test]
+fn a_standbys_connections_probe_a_silent_server() {
+    let redis = Server::start_tcp();
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let mut a = host(&redis, dir.path(), "a", "1m", "10s", &wait_for_go(&go));
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
+    standing_by(&[&b]);
+    let filter = format!("( dport = :{} )", redis.port());
+    let out = Command::new("ss")
+        .args(["-tnpo", "state", "established", &filter])
+        .output()
+        .expect("ss (iproute2: tests/ensure-netns.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mine: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(&format!("pid={},", b.pid())))
+        .collect();
+    assert_eq!(mine.len(), 2, "its attempts and its subscription:\n{text}");
+    for line in mine {
+        assert!(line.contains("timer:(keepalive,"), "{line}");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(a.finish().0, Some(0));
+    assert_eq!(b.finish().0, Some(0));
 }
