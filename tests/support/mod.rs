@@ -1,7 +1,7 @@
 //! Test harness: throwaway servers, one topology per module (`server`: one server, the type
 //! every topology is built from; `replication`, `sentinel`, `cluster`, `netns`: Linux network
-//! namespaces), the real binary (`lockrun`), fault injection (`chaos`, `proxy`, `clockshim`),
-//! and helpers for the processes a test starts.
+//! namespaces, `netns_sentinel`: a Sentinel set in them), the real binary (`lockrun`), fault
+//! injection (`chaos`, `proxy`, `clockshim`), and helpers for the processes a test starts.
 //!
 //! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
 //! test fails and says how to get one: a lock test that silently skips proves nothing.
@@ -17,6 +17,7 @@ pub mod ha;
 pub mod lockrun;
 pub mod monitor;
 pub mod netns;
+pub mod netns_sentinel;
 pub mod proxy;
 pub mod redis_monitor;
 pub mod replication;
