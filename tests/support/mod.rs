@@ -1,7 +1,8 @@
 //! Test harness: throwaway servers, one topology per module (`server`: one server, the type
 //! every topology is built from; `replication`, `sentinel`, `cluster`, `netns`: Linux network
 //! namespaces, `netns_sentinel`: a Sentinel set in them), the real binary (`lockrun`), fault
-//! injection (`chaos`, `proxy`, `clockshim`), and helpers for the processes a test starts.
+//! injection (`chaos`, `proxy`, `clockshim`), what faults cost a `--standby` tick (`ticks`),
+//! and helpers for the processes a test starts.
 //!
 //! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
 //! test fails and says how to get one: a lock test that silently skips proves nothing.
@@ -23,6 +24,7 @@ pub mod redis_monitor;
 pub mod replication;
 pub mod sentinel;
 pub mod server;
+pub mod ticks;
 
 pub use cluster::Cluster;
 pub use lockrun::{from_a_clean_caller, history, lockrun_bin, wait_for_go, Background, Lockrun};
