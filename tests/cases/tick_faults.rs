@@ -19,7 +19,7 @@
 use crate::support::cluster::Cluster;
 use crate::support::ha::{Runs, Topology};
 use crate::support::netns_sentinel::Set;
-use crate::support::server::{Server, ServerOptions};
+use crate::support::server::{Binary, Server, ServerOptions};
 use crate::support::ticks::{Again, Promise, Rows, Shape, Ticks, QUEUE};
 use crate::support::{ms, Lockrun, PATIENCE};
 use std::thread;
@@ -55,17 +55,28 @@ fn sentinel(ttl: u64, args: &[&str]) -> Shape {
 /// Sentinel's `down-after-milliseconds` in these rows.
 const DOWN_AFTER: u64 = 1000;
 
-/// Redis restarted: `persist` says how it was configured (empty: no persistence).
-fn restarted_run(persist: &str) -> crate::support::ticks::Measure {
+/// A server on loopback TCP (`binary`, `config`) SIGKILLed `into` ms into the job, once both
+/// standbys stand by, and started again (from whatever it persisted); `args`: more lockrun
+/// options.
+fn restarted_run(
+    binary: Binary,
+    config: &str,
+    args: &[&str],
+    into: u64,
+) -> crate::support::ticks::Measure {
     let mut redis = Server::with(ServerOptions {
-        config: persist.into(),
+        binary,
+        config: config.into(),
         ..ServerOptions::tcp()
     });
-    let ticks = Ticks::new(loopback(&[]));
+    let ticks = Ticks::new(loopback(args));
     let mut fired = ticks.fire(1, |_| Lockrun::on(&redis));
     ticks.wait_started(1);
-    thread::sleep(ms(1000));
-    ticks.fault("Redis SIGKILLed and started again");
+    redis.wait_until("the two standbys queued", |s| {
+        s.try_cmd::<usize>(&["ZCARD", QUEUE]) == Some(2)
+    });
+    thread::sleep(ms(into));
+    ticks.fault("the server SIGKILLed and started again");
     redis.respawn(&[]);
     fired.extend(ticks.fire(2, |_| Lockrun::on(&redis)));
     ticks.measure(fired)
@@ -85,7 +96,7 @@ fn a_redis_restarted_empty_mid_tick_costs_neither_that_tick_nor_the_next() {
         },
     );
     for _ in 0..Runs::count(1) {
-        let m = restarted_run("");
+        let m = restarted_run(Binary::Default, "", &[], 1000);
         let tick1: Vec<_> = m.ended.iter().filter(|(t, _, _)| *t == 1).collect();
         // The winner stopped its job when its renewal found the key gone; the host that rebuilt
         // the tick says so in one line (cron mails it, -q or not).
@@ -116,7 +127,40 @@ fn a_redis_restarted_from_its_aof_mid_tick_costs_nothing() {
         },
     );
     for _ in 0..Runs::count(1) {
-        rows.add(restarted_run("appendonly yes\nappendfsync always"));
+        rows.add(restarted_run(
+            Binary::Default,
+            "appendonly yes\nappendfsync always",
+            &[],
+            1000,
+        ));
+    }
+    rows.finish();
+}
+
+/// Valkey with `appendonly yes` and the default `appendfsync everysec`, SIGKILLed right after
+/// the winner's job started and both standbys stood by, lockrun run with `--fsync`: the
+/// acquire (and with it the tick's record) and each standby's place in the queue count only
+/// once on disk (WAITAOF pipelined behind each script), and the restart brings them all back.
+/// A SIGKILL loses nothing the server wrote (the kernel has it, fsynced or not): what `--fsync`
+/// adds is for a crash of the machine, which this row does not simulate; it shows that the
+/// standby protocol runs whole under `--fsync`, and what a restart from the AOF costs.
+#[test]
+fn a_valkey_restarted_from_its_aof_with_fsync_costs_nothing() {
+    let mut rows = Rows::new(
+        "one server (Valkey)",
+        "SIGKILLed right after the acquire and restarted from its AOF (`appendfsync everysec`), `--fsync` (TTL 2 s)",
+        Promise {
+            overlap: None,
+            again: Again::Never,
+        },
+    );
+    for _ in 0..Runs::count(1) {
+        rows.add(restarted_run(
+            Binary::Valkey,
+            "appendonly yes\nappendfsync everysec",
+            &["--fsync"],
+            0,
+        ));
     }
     rows.finish();
 }
@@ -138,12 +182,20 @@ fn wait_failover(set: &Set, ticks: &Ticks, was: &Option<String>) {
     }
 }
 
-/// The primary SIGKILLed right after the winner's job started. Without `--acks` the tick's
-/// writes (the lock, the record, the queue) are made certain to be lost: the primary is cut
-/// off from its replicas just before the hosts fire, and healed once the sentinels name the
-/// promoted replica. With `--acks 1` there is no cut: the acquire counted only once a replica
-/// had it.
-fn failover_run(acks: bool) -> crate::support::ticks::Measure {
+/// When the primary is SIGKILLed: right after the winner's job started, or right after its
+/// release.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Killed {
+    AfterTheAcquire,
+    AfterTheRelease,
+}
+
+/// The primary SIGKILLed (`when`). Without `--acks` the tick's writes before the kill (the
+/// lock, the record, the queue; or the release's `done`) are made certain to be lost: the
+/// primary is cut off from its replicas just before the hosts fire, and healed once the
+/// sentinels name the promoted replica. With `--acks 1` there is no cut: the acquire counted
+/// only once a replica had it.
+fn failover_run(acks: bool, when: Killed) -> crate::support::ticks::Measure {
     let set = Set::start("", DOWN_AFTER, &["h1", "h2", "h3"]);
     let ticks = if acks {
         // The lease outlasts the failover: the winner renews on the promoted replica.
@@ -163,6 +215,11 @@ fn failover_run(acks: bool) -> crate::support::ticks::Measure {
     set.data[0].wait_until("the two standbys queued", |s| {
         s.try_cmd::<usize>(&["ZCARD", QUEUE]) == Some(2)
     });
+    if when == Killed::AfterTheRelease {
+        ticks.wait_logged("end", 1);
+        // The release's reply, and the standbys woken by it, are a few ms behind the job's end.
+        thread::sleep(ms(300));
+    }
     set.data[0].kill();
     ticks.fault("primary SIGKILLed");
     wait_failover(&set, &ticks, &named);
@@ -182,7 +239,7 @@ fn ha_a_sentinel_failover_that_loses_the_acquire_reruns_the_tick() {
         },
     );
     for _ in 0..Runs::count(1) {
-        rows.add(failover_run(false));
+        rows.add(failover_run(false, Killed::AfterTheAcquire));
     }
     rows.finish();
 }
@@ -198,7 +255,27 @@ fn ha_a_sentinel_failover_with_acks_costs_nothing() {
         },
     );
     for _ in 0..Runs::count(1) {
-        rows.add(failover_run(true));
+        rows.add(failover_run(true, Killed::AfterTheAcquire));
+    }
+    rows.finish();
+}
+
+/// The primary SIGKILLed right after the winner's release, before the `done` it wrote reached a
+/// replica: the promoted replica says the run is still under way, but the release had woken
+/// every standby and they read `done` on the old primary and ended their runs. Nobody is left
+/// to run the tick again, and the record on the promoted replica ends with the tick.
+#[test]
+fn ha_a_sentinel_failover_that_loses_the_release_costs_nothing() {
+    let mut rows = Rows::new(
+        "Sentinel, 3 hosts",
+        "primary SIGKILLed right after the release, before it replicated (TTL 3 s)",
+        Promise {
+            overlap: None,
+            again: Again::Never,
+        },
+    );
+    for _ in 0..Runs::count(1) {
+        rows.add(failover_run(false, Killed::AfterTheRelease));
     }
     rows.finish();
 }

@@ -124,11 +124,16 @@ impl Ticks {
 
     /// Waits until `n` job starts are logged (at most PATIENCE).
     pub fn wait_started(&self, n: usize) {
+        self.wait_logged("start", n);
+    }
+
+    /// Waits until `n` jobs have logged `what` (`start`, `end`, `stop`; at most PATIENCE).
+    pub fn wait_logged(&self, what: &str, n: usize) {
         let start = Instant::now();
-        while self.events().iter().filter(|e| e.what == "start").count() < n {
+        while self.events().iter().filter(|e| e.what == what).count() < n {
             assert!(
                 start.elapsed() < PATIENCE,
-                "{n} job starts not logged in {PATIENCE:?}:\n{}",
+                "{n} job {what}s not logged in {PATIENCE:?}:\n{}",
                 self.text()
             );
             thread::sleep(ms(20));
