@@ -20,7 +20,7 @@ use crate::support::cluster::Cluster;
 use crate::support::ha::{Runs, Topology};
 use crate::support::netns_sentinel::Set;
 use crate::support::server::{Binary, Server, ServerOptions};
-use crate::support::ticks::{Again, Promise, Rows, Shape, Ticks, QUEUE};
+use crate::support::ticks::{Again, Promise, Rows, Shape, Ticks, QUEUE, RECORD};
 use crate::support::{ms, Lockrun, PATIENCE};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -165,17 +165,19 @@ fn a_valkey_restarted_from_its_aof_with_fsync_costs_nothing() {
     rows.finish();
 }
 
-/// Waits until a majority of the sentinels names another primary than `was`.
-fn wait_failover(set: &Set, ticks: &Ticks, was: &Option<String>) {
+/// Waits until a majority of the sentinels names another primary than `was`; returns its
+/// index in `set.data`.
+fn wait_failover(set: &Set, ticks: &Ticks, was: &Option<String>) -> usize {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let now = set.named();
-        if now.is_some() && now != *was {
-            ticks.fault(&format!(
-                "the sentinels' majority names {}",
-                now.as_deref().unwrap_or("-")
-            ));
-            return;
+        if let Some(named) = now.as_deref().filter(|_| now != *was) {
+            ticks.fault(&format!("the sentinels' majority names {named}"));
+            return set
+                .data
+                .iter()
+                .position(|d| d.addr() == named)
+                .unwrap_or_else(|| panic!("the sentinels name {named}, no data node"));
         }
         assert!(Instant::now() < deadline, "no failover within {PATIENCE:?}");
         thread::sleep(ms(50));
@@ -192,37 +194,57 @@ enum Killed {
 
 /// The primary SIGKILLed (`when`). Without `--acks` the tick's writes before the kill (the
 /// lock, the record, the queue; or the release's `done`) are made certain to be lost: the
-/// primary is cut off from its replicas just before the hosts fire, and healed once the
-/// sentinels name the promoted replica. With `--acks 1` there is no cut: the acquire counted
-/// only once a replica had it.
+/// primary is cut off from its replicas just before them (before the hosts fire; 300 ms
+/// before the job ends), and healed once the sentinels name the promoted replica; the kill
+/// comes before the sentinels could fail over by themselves (`down-after-milliseconds` 1 s),
+/// so the clients talk to the old primary until it dies. With `--acks 1` there is no cut: the
+/// acquire counted only once a replica had it.
 fn failover_run(acks: bool, when: Killed) -> crate::support::ticks::Measure {
     let set = Set::start("", DOWN_AFTER, &["h1", "h2", "h3"]);
-    let ticks = if acks {
+    let shape = if acks {
         // The lease outlasts the failover: the winner renews on the promoted replica.
-        Ticks::new(sentinel(6000, &["--acks", "1"]))
+        sentinel(6000, &["--acks", "1"])
     } else {
-        Ticks::new(sentinel(3000, &[]))
+        sentinel(3000, &[])
     };
+    let job = shape.job;
+    let ticks = Ticks::new(shape);
     let named = set.named();
-    if !acks {
+    let cut = |ticks: &Ticks| {
         set.net.partition(&[&["a"], &["b", "c"]]);
         ticks.fault("primary cut off from its replicas");
+    };
+    if !acks && when == Killed::AfterTheAcquire {
+        cut(&ticks);
     }
     let mut fired = ticks.fire(1, |h| set.client(h));
     ticks.wait_started(1);
+    let started = Instant::now();
     // The other two hosts stand by before the fault (a host that cannot reach Redis at its
     // first attempt exits 69 at once: not what this row is about).
     set.data[0].wait_until("the two standbys queued", |s| {
         s.try_cmd::<usize>(&["ZCARD", QUEUE]) == Some(2)
     });
     if when == Killed::AfterTheRelease {
+        if !acks {
+            thread::sleep((started + ms(job - 300)).saturating_duration_since(Instant::now()));
+            cut(&ticks);
+        }
         ticks.wait_logged("end", 1);
         // The release's reply, and the standbys woken by it, are a few ms behind the job's end.
         thread::sleep(ms(300));
     }
     set.data[0].kill();
     ticks.fault("primary SIGKILLed");
-    wait_failover(&set, &ticks, &named);
+    let promoted = wait_failover(&set, &ticks, &named);
+    if when == Killed::AfterTheRelease && !acks {
+        // The fault is real: the promoted replica never heard of the `done`.
+        let record: Option<String> = set.data[promoted].try_cmd(&["GET", RECORD]);
+        assert!(
+            record.as_deref().is_some_and(|r| r.starts_with("open ")),
+            "the promoted replica's tick record: {record:?}"
+        );
+    }
     set.net.heal();
     fired.extend(ticks.fire(2, |h| set.client(h)));
     ticks.measure(fired)

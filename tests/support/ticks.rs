@@ -23,6 +23,9 @@ pub const HOSTS: [&str; 3] = ["h1", "h2", "h3"];
 /// The waiter queue of the hosts' key (`tick`): the standbys stand by in it.
 pub const QUEUE: &str = "lockrun:waiters:{tick}";
 
+/// The tick record of the hosts' key: `open …` or `done …` (src/lock/scripts/lib/tick.lua).
+pub const RECORD: &str = "lockrun:tick:{tick}";
+
 /// The wall clock in ms: what the jobs log with `date +%s%3N`.
 pub fn wall_ms() -> u64 {
     SystemTime::now()
