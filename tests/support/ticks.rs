@@ -347,7 +347,11 @@ impl Rows {
             "{what}: lost {}, twice {}, again {}, overlaps {:?} ms, takeover {:?} ms, codes {:?}",
             m.lost, m.twice, m.rerun, m.overlaps, m.takeover, m.codes
         );
-        assert_eq!(m.lost, 0, "{what}: a tick was lost\n{}", m.explain);
+        assert_eq!(
+            m.lost, 0,
+            "{what}: a tick was lost (tick 2 started {} times)\n{}",
+            m.starts_in_tick_2, m.explain
+        );
         if self.promise.again != Again::Twice {
             assert_eq!(
                 m.twice, 0,
