@@ -17,6 +17,8 @@
 # restarts and clock steps; root only; tests/ensure-netns.sh installs ip, iptables, nsenter):
 # LOCKRUN_FAULTS_SCALE=<n> runs each scenario n times, LOCKRUN_HA_REPORT=<file> collects the
 # availability table's rows; bash tests/ha-table.sh regenerates docs/availability.md's table.
+# Its tick rows (tests/cases/tick_faults.rs): LOCKRUN_TICKS_REPORT=<file> collects the tick
+# table's rows; bash tests/ha-table.sh --ticks regenerates that table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/ensure-redis.sh

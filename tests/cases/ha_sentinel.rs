@@ -11,9 +11,9 @@
 
 use crate::support::chaos::{Chaos, Job, Mode, OnTerm, Report, Rng};
 use crate::support::ha::{Promise, Runs, Topology};
-use crate::support::netns::{Net, Server};
+use crate::support::netns::Net;
+use crate::support::netns_sentinel::Set;
 use crate::support::{ms, PATIENCE};
-use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 const TTL: u64 = 3000;
 /// Sentinel's `down-after-milliseconds`: a failover starts about this long after a cut.
 const DOWN_AFTER: u64 = 1000;
-const SERVICE: &str = "ha";
 const PORT: u16 = 6379;
-const SENTINEL_PORT: u16 = 26379;
 
 /// availability.md's bound on an overlap after a failover lost the lock (Availability, "When a
 /// failover loses the key"): the holder's next renewal comes at most TTL/3 later, takes at
@@ -31,97 +29,6 @@ const SENTINEL_PORT: u16 = 26379;
 /// to go.
 fn lost_write_bound(ttl: u64) -> Duration {
     ms(ttl / 3 + ttl / 3 + ttl / 3)
-}
-
-/// The replica set and its sentinels in their network.
-struct Set {
-    net: Net,
-    /// On `a` (the primary at first), `b`, `c`.
-    data: Vec<Server>,
-    sentinels: Vec<Server>,
-}
-
-impl Set {
-    /// `config`: more config lines for every data node (any of them may be promoted).
-    fn start(config: &str) -> Set {
-        Set::start_with(config, DOWN_AFTER)
-    }
-
-    /// [`Set::start`] with the sentinels' `down-after-milliseconds`.
-    fn start_with(config: &str, down_after: u64) -> Set {
-        let net = Net::new(&["a", "b", "c", "h", "w"]);
-        let primary = net.redis("a", PORT, config);
-        let replicaof = format!("replicaof {} {PORT}\n{config}", net.addr("a"));
-        let mut data = vec![primary];
-        for host in ["b", "c"] {
-            data.push(net.redis(host, PORT, &replicaof));
-        }
-        for r in &data[1..] {
-            r.wait_until("finished its initial sync", |s| {
-                s.replication().contains("master_link_status:up")
-            });
-        }
-        data[0].wait_until("counted both replicas online", |s| {
-            s.replication().matches("state=online").count() == 2
-        });
-        let monitor = format!(
-            "sentinel monitor {SERVICE} {} {PORT} 2\n\
-             sentinel down-after-milliseconds {SERVICE} {down_after}\n\
-             sentinel failover-timeout {SERVICE} 4000\n\
-             sentinel parallel-syncs {SERVICE} 2\n",
-            net.addr("a")
-        );
-        let sentinels: Vec<Server> = ["a", "b", "c"]
-            .iter()
-            .map(|h| net.sentinel(h, SENTINEL_PORT, &monitor))
-            .collect();
-        for s in &sentinels {
-            s.wait_until("knew its two peers and the two replicas", |s| {
-                let count = |what: &str| {
-                    s.try_cmd::<Vec<redis::Value>>(&["SENTINEL", what, SERVICE])
-                        .map_or(0, |v| v.len())
-                };
-                count("SENTINELS") == 2 && count("REPLICAS") == 2
-            });
-        }
-        Set {
-            net,
-            data,
-            sentinels,
-        }
-    }
-
-    fn sockets(&self) -> Vec<PathBuf> {
-        self.data.iter().map(|s| s.socket.clone()).collect()
-    }
-
-    /// The primary a majority of the sentinels names now (asked through their unix sockets).
-    fn named(&self) -> Option<String> {
-        let named: Vec<String> = self
-            .sentinels
-            .iter()
-            .filter_map(|s| {
-                let a: Vec<String> =
-                    s.try_cmd(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])?;
-                Some(a.join(":"))
-            })
-            .collect();
-        named
-            .iter()
-            .find(|n| named.iter().filter(|m| m == n).count() >= 2)
-            .cloned()
-    }
-}
-
-impl Topology for Set {
-    fn net(&self) -> &Net {
-        &self.net
-    }
-
-    fn urls(&self) -> Vec<String> {
-        let addrs: Vec<String> = self.sentinels.iter().map(Server::addr).collect();
-        vec![format!("redis+sentinel://{}/{SERVICE}", addrs.join(","))]
-    }
 }
 
 /// Sleeps `d`, noting (in the fault log and on stderr) when a majority of the sentinels
@@ -180,7 +87,7 @@ struct Partition {
 }
 
 fn partition_run(name: &str, p: &Partition) -> Report {
-    let set = Set::start(p.config);
+    let set = Set::start(p.config, DOWN_AFTER, &["h", "w"]);
     // Overlaps are measured here and judged by the scenario's promise (`Runs::finish`).
     let ch = Chaos::over(name, &set.sockets()).allowing_overlap();
     let key = ch.key("ha", Mode::Exclusive, ms(TTL));
@@ -327,7 +234,7 @@ const LONG_TTL: u64 = 6000;
 /// byte of it can reach them. With `--acks 1` there is no cut: the acquire counts only once a
 /// replica has it.
 fn killed_run(name: &str, acks: bool) -> Report {
-    let set = Set::start("");
+    let set = Set::start("", DOWN_AFTER, &["h", "w"]);
     let ch = Chaos::over(name, &set.sockets()).allowing_overlap();
     let key = ch.key("ha", Mode::Exclusive, ms(LONG_TTL));
     let ttl = format!("{LONG_TTL}ms");
@@ -401,7 +308,7 @@ fn ha_sentinel_primary_killed_after_acquire_with_acks() {
 /// its next renewal there finds the key gone.
 fn takeover_run(name: &str, lag: u64, taken_over: bool) -> Report {
     let config = format!("min-replicas-to-write 1\nmin-replicas-max-lag {lag}");
-    let set = Set::start_with(&config, LONG_TTL);
+    let set = Set::start(&config, LONG_TTL, &["h", "w"]);
     let ch = Chaos::over(name, &set.sockets()).allowing_overlap();
     let key = ch.key("ha", Mode::Exclusive, ms(LONG_TTL));
     let ttl = format!("{LONG_TTL}ms");

@@ -23,6 +23,14 @@ pub trait Topology {
     fn lockrun(&self, ch: &Chaos, host: &str, args: &[&str], job: &Job) -> Lockrun {
         self.net().lockrun(ch, host, &self.urls(), args, job)
     }
+
+    /// `lockrun -r <url>…` on `host`, its arguments and job still to come.
+    fn client(&self, host: &str) -> Lockrun {
+        self.urls().iter().fold(
+            Lockrun::via(self.net().command(host, super::lockrun_bin())),
+            Lockrun::url,
+        )
+    }
 }
 
 /// What the README promises about overlapping jobs in a scenario.

@@ -101,8 +101,15 @@ fn history_of(server: &Server, key: &str, more: &[&str]) -> Vec<serde_json::Valu
     runs.as_array().expect("a JSON array").clone()
 }
 
+/// The binary under test: this build's, or the one `LOCKRUN_BIN` names (another build, to show
+/// that a test fails on the code before a fix: `LOCKRUN_BIN=<old>/lockrun cargo test …`).
 pub fn lockrun_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_lockrun"))
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var_os("LOCKRUN_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_lockrun")))
+    })
 }
 
 /// What lockrun (or the program that starts it) inherits from the test process is only what the

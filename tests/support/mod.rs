@@ -1,6 +1,7 @@
 //! Test harness: throwaway servers, one topology per module (`server`: one server, the type
 //! every topology is built from; `replication`, `sentinel`, `cluster`, `netns`: Linux network
-//! namespaces), the real binary (`lockrun`), fault injection (`chaos`, `proxy`, `clockshim`),
+//! namespaces, `netns_sentinel`: a Sentinel set in them), the real binary (`lockrun`), fault
+//! injection (`chaos`, `proxy`, `clockshim`), what faults cost a `--standby` tick (`ticks`),
 //! and helpers for the processes a test starts.
 //!
 //! The server binary comes from `LOCKRUN_TEST_REDIS_SERVER` or `PATH`; if there is none the
@@ -18,11 +19,13 @@ pub mod ha;
 pub mod lockrun;
 pub mod monitor;
 pub mod netns;
+pub mod netns_sentinel;
 pub mod proxy;
 pub mod redis_monitor;
 pub mod replication;
 pub mod sentinel;
 pub mod server;
+pub mod ticks;
 
 pub use cluster::Cluster;
 pub use lockrun::{from_a_clean_caller, history, lockrun_bin, wait_for_go, Background, Lockrun};
