@@ -99,6 +99,33 @@ fn job_pid(dir: &Path, name: &str) -> u32 {
     lines(&path)[0].parse().unwrap()
 }
 
+/// A tick under way: `a` took it (its job waits for `go`), `b` and `c` stand by for it.
+struct UnderWay {
+    a: Background,
+    b: Background,
+    c: Background,
+    go: std::path::PathBuf,
+}
+
+/// Hosts `a`, `b`, `c` (each name followed by `suffix`) fire `--every every --ttl ttl` one
+/// after the other, once the one before took the tick or stood by: an [`UnderWay`] tick.
+fn under_way(redis: &Server, dir: &Path, suffix: &str, every: &str, ttl: &str) -> UnderWay {
+    let go = dir.join(format!("go{suffix}"));
+    let mut a = host(
+        redis,
+        dir,
+        &format!("a{suffix}"),
+        every,
+        ttl,
+        &wait_for_go(&go),
+    );
+    a.until("a holds the tick", || redis.exists("tick"));
+    let b = host(redis, dir, &format!("b{suffix}"), every, ttl, "true");
+    let c = host(redis, dir, &format!("c{suffix}"), every, ttl, "true");
+    standing_by(&[&b, &c]);
+    UnderWay { a, b, c, go }
+}
+
 /// Every one of `hosts` is standing by: running, and said so.
 fn standing_by(hosts: &[&Background]) {
     for h in hosts {
@@ -112,12 +139,7 @@ fn standing_by(hosts: &[&Background]) {
 fn a_completed_tick_ends_every_standby_as_skipped() {
     let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    let mut a = host(&redis, dir.path(), "a", "1m", "10s", &wait_for_go(&go));
-    a.until("a holds the tick", || redis.exists("tick"));
-    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
-    let c = host(&redis, dir.path(), "c", "1m", "10s", "true");
-    standing_by(&[&b, &c]);
+    let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "1m", "10s");
     assert!(
         tick_status(&redis).starts_with("tick:     under way (attempt 1, "),
         "{}",
@@ -703,12 +725,7 @@ fn a_takeover_is_said_under_q() {
 fn hosts_beyond_the_standbys_skip_at_once_with_one_request() {
     let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    let mut a = host(&redis, dir.path(), "a", "1m", "10s", &wait_for_go(&go));
-    a.until("a holds the tick", || redis.exists("tick"));
-    let b = host(&redis, dir.path(), "b", "1m", "10s", "true");
-    let c = host(&redis, dir.path(), "c", "1m", "10s", "true");
-    standing_by(&[&b, &c]);
+    let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "1m", "10s");
     let requests = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
     for name in ["d", "e"] {
         let before = requests();
@@ -751,12 +768,7 @@ fn hosts_beyond_the_standbys_skip_at_once_with_one_request() {
 fn a_standby_that_died_is_replaced_by_a_later_host() {
     let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
-    let mut a = host(&redis, dir.path(), "a", "1m", "1s", &wait_for_go(&go));
-    a.until("a holds the tick", || redis.exists("tick"));
-    let b = host(&redis, dir.path(), "b", "1m", "1s", "true");
-    let c = host(&redis, dir.path(), "c", "1m", "1s", "true");
-    standing_by(&[&b, &c]);
+    let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "1m", "1s");
     let died = Instant::now();
     kill(c.pid(), libc::SIGKILL);
     drop(c);
@@ -877,13 +889,8 @@ fn a_tick_whose_record_the_server_lost_is_reopened_and_marked() {
 fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
     let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let go = dir.path().join("go");
     let first = Instant::now();
-    let mut a = host(&redis, dir.path(), "a", "4s", "3s", &wait_for_go(&go));
-    a.until("a holds the tick", || redis.exists("tick"));
-    let b = host(&redis, dir.path(), "b", "4s", "3s", "true");
-    let c = host(&redis, dir.path(), "c", "4s", "3s", "true");
-    standing_by(&[&b, &c]);
+    let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "4s", "3s");
     kill(c.pid(), libc::SIGKILL);
     drop(c);
     std::fs::write(&go, "").unwrap();
@@ -898,15 +905,10 @@ fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
         "{:?}",
         first.elapsed()
     );
-    let go2 = dir.path().join("go2");
-    let mut a2 = host(&redis, dir.path(), "a2", "4s", "3s", &wait_for_go(&go2));
-    a2.until("a2 holds the tick", || redis.exists("tick"));
-    let b2 = host(&redis, dir.path(), "b2", "4s", "3s", "true");
-    let c2 = host(&redis, dir.path(), "c2", "4s", "3s", "true");
-    standing_by(&[&b2, &c2]);
-    std::fs::write(&go2, "").unwrap();
-    assert_eq!(a2.finish().0, Some(0));
-    for h in [b2, c2] {
+    let next = under_way(&redis, dir.path(), "2", "4s", "3s");
+    std::fs::write(&next.go, "").unwrap();
+    assert_eq!(next.a.finish().0, Some(0));
+    for h in [next.b, next.c] {
         let (code, _, err) = h.finish();
         assert_eq!(code, Some(0), "{err}");
         assert!(err.contains("this tick completed on another host"), "{err}");
