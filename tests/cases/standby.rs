@@ -126,6 +126,15 @@ fn under_way(redis: &Server, dir: &Path, suffix: &str, every: &str, ttl: &str) -
     UnderWay { a, b, c, go }
 }
 
+/// The requests clients sent while `f` ran, counted at the server: EVALSHA, EVAL, SUBSCRIBE.
+fn requests_during<T>(redis: &Server, f: impl FnOnce() -> T) -> ([u64; 3], T) {
+    let count = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
+    let before = count();
+    let out = f();
+    let after = count();
+    (std::array::from_fn(|i| after[i] - before[i]), out)
+}
+
 /// Every one of `hosts` is standing by: running, and said so.
 fn standing_by(hosts: &[&Background]) {
     for h in hosts {
@@ -176,21 +185,11 @@ fn a_completed_tick_ends_every_standby_as_skipped() {
     );
     // A host firing late for the same tick finds it done at once: one request, its skip
     // recorded by it.
-    let requests = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
-    let before = requests();
-    let late = host(&redis, dir.path(), "late", "1m", "10s", "true");
-    let (code, _, err) = late.finish();
+    let (sent, (code, _, err)) = requests_during(&redis, || {
+        host(&redis, dir.path(), "late", "1m", "10s", "true").finish()
+    });
     assert_eq!(code, Some(0), "{err}");
-    let after = requests();
-    assert_eq!(
-        [
-            after[0] - before[0],
-            after[1] - before[1],
-            after[2] - before[2]
-        ],
-        [1, 0, 0],
-        "EVALSHA, EVAL, SUBSCRIBE"
-    );
+    assert_eq!(sent, [1, 0, 0], "EVALSHA, EVAL, SUBSCRIBE");
     assert_eq!(
         tick_history(&redis).len(),
         4,
@@ -659,12 +658,6 @@ fn a_tick_record_changed_by_hand_is_named() {
 #[test]
 fn the_host_that_takes_the_tick_makes_two_requests() {
     let redis = Server::start();
-    let requests = || {
-        ["evalsha", "eval", "subscribe"]
-            .iter()
-            .map(|c| redis.calls(c))
-            .collect::<Vec<u64>>()
-    };
     let once = |key: &str| {
         let mut cmd = Lockrun::on(&redis);
         cmd.args(["--standby", "--every", "1m", key, "--", "true"]);
@@ -672,18 +665,8 @@ fn the_host_that_takes_the_tick_makes_two_requests() {
     };
     // The scripts loaded first (NOSCRIPT, then EVAL), then counted.
     once("warm");
-    let before = requests();
-    once("tick");
-    let after = requests();
-    assert_eq!(
-        [
-            after[0] - before[0],
-            after[1] - before[1],
-            after[2] - before[2]
-        ],
-        [2, 0, 0],
-        "EVALSHA, EVAL, SUBSCRIBE"
-    );
+    let (sent, ()) = requests_during(&redis, || once("tick"));
+    assert_eq!(sent, [2, 0, 0], "EVALSHA, EVAL, SUBSCRIBE");
 }
 
 /// The guide's line has `-q` (errors only): the takeover's WARN line is printed all the same,
@@ -726,16 +709,14 @@ fn hosts_beyond_the_standbys_skip_at_once_with_one_request() {
     let redis = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "1m", "10s");
-    let requests = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
     for name in ["d", "e"] {
-        let before = requests();
-        let (code, _, err) = host(&redis, dir.path(), name, "1m", "10s", "true").finish();
-        let after = requests();
+        let (sent, (code, _, err)) = requests_during(&redis, || {
+            host(&redis, dir.path(), name, "1m", "10s", "true").finish()
+        });
         assert_eq!(code, Some(0), "skipped with -E 0: {err}");
         assert!(err.contains("redis lock already acquired"), "{err}");
         assert!(!err.contains("standing by"), "{err}");
         // b and c look now and then meanwhile; d and e send one EVALSHA each, no SUBSCRIBE.
-        let sent: Vec<u64> = (0..3).map(|i| after[i] - before[i]).collect();
         assert!(
             sent[0] <= 3 && sent[1] == 0 && sent[2] == 0,
             "{sent:?}: {err}"
