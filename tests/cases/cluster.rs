@@ -563,8 +563,9 @@ fn cluster_standby_hands_a_tick_on_within_the_locks_slot() {
 
 /// A standby's wake-ups survive a failover of the lock's shard: after it, a killed job's
 /// hand-on reaches the standby at once (its subscription made again where the slot now
-/// lives), not at its next look a second later. `failover` fails the shard of `key` over.
-fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, failover: impl FnOnce()) {
+/// lives), not at its next look, when the holder's lease (`ttl`: long enough for the holder
+/// to renew through the failover) would end. `failover` fails the shard of `key` over.
+fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, ttl: &str, failover: impl FnOnce()) {
     let seeds = cluster.seeds();
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
@@ -576,8 +577,19 @@ fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, failover: impl Fn
             ran.display(),
             pid.display()
         );
-        cmd.args(["-v", "--standby", "-E", "0", "--every", "1m", key, "--"])
-            .args(["sh", "-c", &job]);
+        cmd.args([
+            "-v",
+            "--standby",
+            "-E",
+            "0",
+            "--every",
+            "1m",
+            "--ttl",
+            ttl,
+            key,
+            "--",
+        ])
+        .args(["sh", "-c", &job]);
         cmd.background(dir.path(), name)
     };
     let a = host("a", "sleep 60");
@@ -590,11 +602,13 @@ fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, failover: impl Fn
         b.stderr().contains("standing by for the rest of this tick")
     });
     failover();
-    // Each of b's looks that finds the tick under way says so (a debug line), a second apart.
+    // Each of b's looks that finds the tick under way says so (a debug line), once per renewal
+    // of a's lease (every TTL/3) or less often.
     let looks = || b.stderr().matches("DEBUG waiting for the lock").count();
     let n = looks();
     eventually("b looks twice after the failover", || looks() >= n + 2);
-    // Right after one of b's looks, its next a second away: only a hint can wake it sooner.
+    // Right after one of b's looks, its next a second or more away: only a hint can wake it
+    // sooner.
     let n = looks();
     eventually("one more look", || looks() > n);
     let killed = Instant::now();
@@ -616,7 +630,7 @@ fn standby_hears_a_hand_on_after(cluster: &Cluster, key: &str, failover: impl Fn
 fn cluster_standby_hears_a_hand_on_after_a_manual_failover() {
     let cluster = Cluster::start_with_replicas(3, 1);
     let key = "tick-{manual}";
-    standby_hears_a_hand_on_after(&cluster, key, || {
+    standby_hears_a_hand_on_after(&cluster, key, "3s", || {
         cluster.failover_shard_of(key);
     });
 }
@@ -625,7 +639,8 @@ fn cluster_standby_hears_a_hand_on_after_a_manual_failover() {
 fn cluster_standby_hears_a_hand_on_after_its_master_died() {
     let cluster = Cluster::start_with_replicas(3, 1);
     let key = "tick-{died}";
-    standby_hears_a_hand_on_after(&cluster, key, || {
+    // The promotion comes about 2.5 s after the kill: a's lease outlasts it.
+    standby_hears_a_hand_on_after(&cluster, key, "8s", || {
         let owner = cluster.owner_of(key);
         let replica = cluster.replica_of(key);
         // The tick's record and the lock on the replica before its master dies.
