@@ -126,6 +126,23 @@ fn under_way(redis: &Server, dir: &Path, suffix: &str, every: &str, ttl: &str) -
     UnderWay { a, b, c, go }
 }
 
+/// Lets `a`'s job end (`go`): `a` exits 0, and each of `standbys` ends its run skipped (0 with
+/// `-E 0`) because the tick completed, printing nothing on stdout.
+fn complete(a: Background, go: &Path, standbys: impl IntoIterator<Item = Background>) {
+    std::fs::write(go, "").unwrap();
+    let (code, _, err) = a.finish();
+    assert_eq!(code, Some(0), "{err}");
+    for h in standbys {
+        let (code, out, err) = h.finish();
+        assert_eq!(code, Some(0), "skipped with -E 0: {err}");
+        assert_eq!(out, "");
+        assert!(
+            err.contains("this tick completed on another host; skipping"),
+            "{err}"
+        );
+    }
+}
+
 /// The requests clients sent while `f` ran, counted at the server: EVALSHA, EVAL, SUBSCRIBE.
 fn requests_during<T>(redis: &Server, f: impl FnOnce() -> T) -> ([u64; 3], T) {
     let count = || ["evalsha", "eval", "subscribe"].map(|c| redis.calls(c));
@@ -154,19 +171,8 @@ fn a_completed_tick_ends_every_standby_as_skipped() {
         "{}",
         tick_status(&redis)
     );
-    std::fs::write(&go, "").unwrap();
     let t = Instant::now();
-    let (code, _, err) = a.finish();
-    assert_eq!(code, Some(0), "{err}");
-    for h in [b, c] {
-        let (code, out, err) = h.finish();
-        assert_eq!(code, Some(0), "skipped with -E 0: {err}");
-        assert_eq!(out, "");
-        assert!(
-            err.contains("this tick completed on another host; skipping"),
-            "{err}"
-        );
-    }
+    complete(a, &go, [b, c]);
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "the standbys were woken: {:?}",
@@ -722,13 +728,7 @@ fn hosts_beyond_the_standbys_skip_at_once_with_one_request() {
             "{sent:?}: {err}"
         );
     }
-    std::fs::write(&go, "").unwrap();
-    assert_eq!(a.finish().0, Some(0));
-    for h in [b, c] {
-        let (code, _, err) = h.finish();
-        assert_eq!(code, Some(0), "{err}");
-        assert!(err.contains("this tick completed on another host"), "{err}");
-    }
+    complete(a, &go, [b, c]);
     let mut outcomes = outcomes(&redis);
     outcomes.sort();
     assert_eq!(
@@ -769,13 +769,7 @@ fn a_standby_that_died_is_replaced_by_a_later_host() {
         after >= Duration::from_secs(3),
         "c's ticket outlives its death: {after:?}"
     );
-    std::fs::write(&go, "").unwrap();
-    assert_eq!(a.finish().0, Some(0));
-    for h in [b, replaced] {
-        let (code, _, err) = h.finish();
-        assert_eq!(code, Some(0), "{err}");
-        assert!(err.contains("this tick completed on another host"), "{err}");
-    }
+    complete(a, &go, [b, replaced]);
     assert_eq!(runs(dir.path()).len(), 1);
 }
 
@@ -874,9 +868,7 @@ fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
     let UnderWay { a, b, c, go } = under_way(&redis, dir.path(), "", "4s", "3s");
     kill(c.pid(), libc::SIGKILL);
     drop(c);
-    std::fs::write(&go, "").unwrap();
-    assert_eq!(a.finish().0, Some(0));
-    assert_eq!(b.finish().0, Some(0));
+    complete(a, &go, [b]);
     // The next tick (the hold of --every 4s is 3 s), within c's ticket.
     eventually("the first tick over", || {
         !redis.exists("lockrun:tick:{tick}")
@@ -887,13 +879,7 @@ fn a_standby_that_died_in_an_earlier_tick_takes_no_place_in_the_next() {
         first.elapsed()
     );
     let next = under_way(&redis, dir.path(), "2", "4s", "3s");
-    std::fs::write(&next.go, "").unwrap();
-    assert_eq!(next.a.finish().0, Some(0));
-    for h in [next.b, next.c] {
-        let (code, _, err) = h.finish();
-        assert_eq!(code, Some(0), "{err}");
-        assert!(err.contains("this tick completed on another host"), "{err}");
-    }
+    complete(next.a, &next.go, [next.b, next.c]);
 }
 
 /// A standby's connections, its wake-up subscription among them, probe a silent server (TCP
@@ -922,7 +908,5 @@ fn a_standbys_connections_probe_a_silent_server() {
     for line in mine {
         assert!(line.contains("timer:(keepalive,"), "{line}");
     }
-    std::fs::write(&go, "").unwrap();
-    assert_eq!(a.finish().0, Some(0));
-    assert_eq!(b.finish().0, Some(0));
+    complete(a, &go, [b]);
 }
